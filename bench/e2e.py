@@ -1,0 +1,115 @@
+"""End-to-end TTFA: the streaming pipeline vs the sequential yardstick, same clips, one run.
+
+Each clip is fed at real-time pace (20 ms frames) followed by trailing silence, as a
+live caller would produce it; TTFA is the first reply sample leaving the pipeline
+minus the end of the user's speech (both on the shared monotonic clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from pipeline.audio_io import Clip, read_clip
+from pipeline.config import PipelineConfig
+from pipeline.models import asset_path
+from pipeline.run import Pipeline
+from pipeline.trace import TurnTrace
+
+STAGE_FIELDS = ("endpoint_ms", "llm_ttft_ms", "tts_first_audio_ms", "out_ms")
+
+
+def corpus() -> list[tuple[str, Clip]]:
+    root = asset_path("testclips")
+    names = [
+        "goforward.raw",
+        "librivox/0880.wav",
+        "librivox/0930.wav",
+        "librivox/0890.wav",
+        "cards/001.wav",
+        "cards/003.wav",
+        "librivox/0920.wav",
+        "cards/005.wav",
+    ]
+    return [(name, read_clip(root / name)) for name in names]
+
+
+def _rows(traces: list[TurnTrace]) -> list[dict[str, Any]]:
+    return [t.to_dict() for t in traces if not t.error and t.first_audio_out_ns]
+
+
+async def _streaming(clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    async with Pipeline(PipelineConfig()) as pipeline:
+        # One warm-up turn: first-call allocations are not what a live server pays.
+        await pipeline.run_clip(clips[0][1])
+        for _name, clip in clips:
+            rows += _rows((await pipeline.run_clip(clip)).traces)
+    return rows
+
+
+def _sequential(clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
+    from pipeline.sequential import SequentialPipeline
+
+    sequential = SequentialPipeline()
+    sequential.run_clip(clips[0][1])
+    rows: list[dict[str, Any]] = []
+    for _name, clip in clips:
+        rows += _rows(sequential.run_clip(clip).traces)
+    return rows
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(float(np.median(values)), 1) if values else float("nan")
+
+
+def run() -> dict[str, float]:
+    clips = corpus()
+    streaming = asyncio.run(_streaming(clips))
+    sequential = _sequential(clips)
+    results: dict[str, float] = {
+        "e2e.clips": float(len(clips)),
+        "e2e.turns.streaming": float(len(streaming)),
+        "e2e.turns.sequential": float(len(sequential)),
+    }
+    for mode, rows in (("streaming", streaming), ("sequential", sequential)):
+        ttfa = [r["ttfa_ms"] for r in rows]
+        results[f"e2e.ttfa_ms.p50.{mode}"] = round(float(np.percentile(ttfa, 50)), 1)
+        results[f"e2e.ttfa_ms.p95.{mode}"] = round(float(np.percentile(ttfa, 95)), 1)
+    for key in STAGE_FIELDS:
+        results[f"e2e.{key}.p50.streaming"] = _median(streaming, key)
+    results["e2e.ttfa_cut_pct"] = round(
+        100 * (1 - results["e2e.ttfa_ms.p50.streaming"] / results["e2e.ttfa_ms.p50.sequential"]), 1
+    )
+    results["e2e.sequential_over_streaming.p50"] = round(
+        results["e2e.ttfa_ms.p50.sequential"] / results["e2e.ttfa_ms.p50.streaming"], 2
+    )
+    return results
+
+
+def table(results: dict[str, float]) -> str:
+    lines = [
+        f"end-to-end TTFA over {results['e2e.clips']:.0f} real-speech clips (ms)",
+        f"{'mode':11} {'p50':>8} {'p95':>8}",
+    ]
+    for mode in ("streaming", "sequential"):
+        lines.append(
+            f"{mode:11} {results[f'e2e.ttfa_ms.p50.{mode}']:>8.1f} "
+            f"{results[f'e2e.ttfa_ms.p95.{mode}']:>8.1f}"
+        )
+    lines.append(
+        f"streaming cuts TTFA by {results['e2e.ttfa_cut_pct']:.1f}% "
+        f"(sequential / streaming = {results['e2e.sequential_over_streaming.p50']:.2f}x)"
+    )
+    lines.append(
+        "streaming per-stage medians: "
+        + ", ".join(f"{k}={results[f'e2e.{k}.p50.streaming']}" for k in STAGE_FIELDS)
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(run()))

@@ -1,0 +1,171 @@
+"""One-way latency between two processes: ring vs pyzmq vs pyzmq+JSON vs mp.Queue.
+
+The sender stamps `perf_counter_ns()` into each message; the receiver, blocked in its
+transport's own wait (poll on an eventfd, zmq poll, Queue.get), subtracts it from its
+own clock on arrival. CLOCK_MONOTONIC is shared by all processes, so the difference is
+the one-way latency including the wake-up. Messages are spaced so each one finds the
+receiver asleep, the case a voice pipeline lives in.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zmq
+
+from ipc.records import RecordKind
+from ipc.ring import Consumer, Producer, create_ring
+
+STAMP = struct.Struct("<q")
+MESSAGES = 2000
+WARMUP = 100
+GAP_S = 0.0003
+
+
+def _pace(index: int, start: float) -> None:
+    target = start + index * GAP_S
+    while time.perf_counter() < target:
+        pass
+
+
+def _ring_pair() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    fds = create_ring(1 << 20)
+
+    def sender() -> Callable[[bytes], None]:
+        producer = Producer(fds)
+        return lambda payload: producer.send(RecordKind.TOKEN, payload)
+
+    def receiver() -> Callable[[], bytes]:
+        consumer = Consumer(fds)
+
+        def recv() -> bytes:
+            while True:
+                record = consumer.recv()
+                if record is not None:
+                    return record.payload
+                consumer.wait(None)
+
+        return recv
+
+    return sender, receiver
+
+
+def _zmq_pair(as_json: bool) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    endpoint = f"ipc://{tempfile.mkdtemp(prefix='vxr-bench-')}/s"
+
+    def sender() -> Callable[[bytes], None]:
+        socket = zmq.Context().socket(zmq.PUSH)
+        socket.connect(endpoint)
+        if as_json:
+            return lambda payload: socket.send(
+                json.dumps(
+                    {
+                        "kind": "token",
+                        "stamp": STAMP.unpack_from(payload)[0],
+                        "data": payload[8:].hex(),
+                    }
+                ).encode()
+            )
+        return lambda payload: socket.send(payload, copy=False)
+
+    def receiver() -> Callable[[], bytes]:
+        socket = zmq.Context().socket(zmq.PULL)
+        socket.bind(endpoint)
+        if as_json:
+
+            def recv_json() -> bytes:
+                message = json.loads(socket.recv())
+                return STAMP.pack(message["stamp"]) + bytes.fromhex(message["data"])
+
+            return recv_json
+        return lambda: bytes(socket.recv())
+
+    return sender, receiver
+
+
+def _queue_pair() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    queue: mp.Queue[bytes] = mp.get_context("fork").Queue()
+    return (lambda: queue.put), (lambda: queue.get)
+
+
+def _receive(make_receiver: Callable[[], Any], count: int, conn: Any) -> None:
+    recv = make_receiver()
+    conn.send("ready")
+    latencies = np.empty(count, dtype=np.int64)
+    for index in range(count):
+        payload = recv()
+        latencies[index] = time.perf_counter_ns() - STAMP.unpack_from(payload)[0]
+    conn.send(latencies.tobytes())
+
+
+def measure(
+    make_pair: Callable[[], tuple[Callable[[], Any], Callable[[], Any]]], size: int
+) -> np.ndarray:
+    context = mp.get_context("fork")
+    make_sender, make_receiver = make_pair()
+    parent, child = context.Pipe()
+    total = MESSAGES + WARMUP
+    process = context.Process(target=_receive, args=(make_receiver, total, child))
+    process.start()
+    send = make_sender()
+    assert parent.recv() == "ready"
+    time.sleep(0.05)
+    filler = os.urandom(max(0, size - STAMP.size))
+    start = time.perf_counter()
+    for index in range(total):
+        _pace(index, start)
+        send(STAMP.pack(time.perf_counter_ns()) + filler)
+    latencies = np.frombuffer(parent.recv(), dtype=np.int64)[WARMUP:]
+    process.join(10)
+    return latencies / 1000.0  # microseconds
+
+
+TRANSPORTS: dict[str, Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]] = {
+    "ring": _ring_pair,
+    "zmq": lambda: _zmq_pair(False),
+    "zmq_json": lambda: _zmq_pair(True),
+    "mp_queue": _queue_pair,
+}
+
+
+def run() -> dict[str, float]:
+    results: dict[str, float] = {}
+    for size in (16, 640):
+        for name, make_pair in TRANSPORTS.items():
+            micros = measure(make_pair, size)
+            results[f"ipc.{name}.p50_us.{size}"] = round(float(np.percentile(micros, 50)), 1)
+            results[f"ipc.{name}.p99_us.{size}"] = round(float(np.percentile(micros, 99)), 1)
+        ring_p50 = results[f"ipc.ring.p50_us.{size}"]
+        for name in ("zmq", "zmq_json", "mp_queue"):
+            results[f"ipc.{name}_over_ring.p50.{size}"] = round(
+                results[f"ipc.{name}.p50_us.{size}"] / ring_p50, 2
+            )
+    return results
+
+
+def table(results: dict[str, float]) -> str:
+    lines = [
+        "one-way latency between two processes (us)",
+        f"{'transport':10} {'size':>5} {'p50':>8} {'p99':>8} {'p50 / ring':>11}",
+    ]
+    for size in (16, 640):
+        for name in TRANSPORTS:
+            ratio = results.get(f"ipc.{name}_over_ring.p50.{size}", 1.0)
+            lines.append(
+                f"{name:10} {size:>5} {results[f'ipc.{name}.p50_us.{size}']:>8.1f} "
+                f"{results[f'ipc.{name}.p99_us.{size}']:>8.1f} {ratio:>10.2f}x"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    outcome = run()
+    print(table(outcome))

@@ -1,0 +1,47 @@
+"""Regenerate the README's numbers table from bench/results.json (never typed by hand)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("TTFA p50, streaming pipeline (ms)", "e2e.ttfa_ms.p50.streaming"),
+    ("TTFA p95, streaming pipeline (ms)", "e2e.ttfa_ms.p95.streaming"),
+    ("TTFA p50, sequential yardstick (ms)", "e2e.ttfa_ms.p50.sequential"),
+    ("TTFA cut by streaming (%)", "e2e.ttfa_cut_pct"),
+    ("streaming: end of speech -> ASR final, p50 (ms)", "e2e.endpoint_ms.p50.streaming"),
+    ("streaming: ASR final -> LLM first token, p50 (ms)", "e2e.llm_ttft_ms.p50.streaming"),
+    ("streaming: first token -> TTS first audio, p50 (ms)", "e2e.tts_first_audio_ms.p50.streaming"),
+    ("ring one-way latency p50, 640 B (us)", "ipc.ring.p50_us.640"),
+    ("pyzmq ipc one-way latency p50, 640 B (us)", "ipc.zmq.p50_us.640"),
+    ("pyzmq + JSON one-way latency p50, 640 B (us)", "ipc.zmq_json.p50_us.640"),
+    ("multiprocessing.Queue one-way latency p50, 640 B (us)", "ipc.mp_queue.p50_us.640"),
+)
+
+
+def render(results: dict[str, float]) -> str:
+    lines = [START, "", "| figure | value | key in bench/results.json |", "|---|---:|---|"]
+    for label, key in ROWS:
+        if key in results:
+            lines.append(f"| {label} | {results[key]:g} | `{key}` |")
+    lines += ["", "All figures: `bench/results.json`, written by `make bench`.", "", END]
+    return "\n".join(lines)
+
+
+def update(results: dict[str, float]) -> None:
+    text = README.read_text()
+    if START not in text or END not in text:
+        print(f"README has no {START} ... {END} block; table not written", file=sys.stderr)
+        return
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(head + render(results) + tail)
+
+
+if __name__ == "__main__":
+    update(json.loads((Path(__file__).with_name("results.json")).read_text()))

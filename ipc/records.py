@@ -1,0 +1,169 @@
+"""Fixed binary record layouts exchanged between stage processes.
+
+Every record is a 32-byte header followed by a kind-specific payload, padded to a
+multiple of 8 bytes inside a ring. No JSON and no pickle on the data path: payloads
+are small `struct` layouts, raw PCM16 samples or UTF-8 text.
+
+Header (little-endian, 32 bytes)::
+
+    u32 length      header + payload, before padding
+    u16 kind        RecordKind
+    u16 flags       RecordFlag bits
+    u32 session_id  which client session the record belongs to
+    u32 turn_id     epoch of the session's turn counter; stale turns are dropped
+    i64 stamp_ns    time.perf_counter_ns() when the record crossed this boundary
+    i64 origin_ns   kind-specific reference time (e.g. the end of the user's speech)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum, IntFlag
+
+HEADER = struct.Struct("<IHHIIqq")
+HEADER_BYTES = HEADER.size
+ALIGN = 8
+assert HEADER_BYTES == 32
+
+
+class RecordKind(IntEnum):
+    PAD = 0  # ring filler up to the wrap point; never surfaced to callers
+    AUDIO_IN = 1  # client audio -> ASR; payload AUDIO_FORMAT + samples
+    END_OF_INPUT = 2  # the client's input ended: finalize any open utterance
+    SPEECH_START = 3  # ASR heard speech begin (barge-in trigger)
+    PARTIAL = 4  # ASR partial transcript; payload TEXT_PAIR (stable, unstable)
+    SPECULATIVE_END = 5  # ASR's best transcript after a short silence; payload text
+    RESUME = 6  # speech resumed after a speculative end: drop speculative work
+    FINAL = 7  # committed transcript of a turn; payload FINAL_INFO + text
+    TOKEN = 8  # one generated token; payload u32 token id + UTF-8 text delta
+    REPLY_END = 9  # the LLM reply is complete; payload text = finish reason
+    AUDIO_OUT = 10  # reply audio; payload AUDIO_FORMAT + PCM16 samples
+    AUDIO_END = 11  # the reply audio of a turn is complete
+    CONTROL = 12  # control struct: CONTROL_BODY
+    STAMP = 13  # trace stamp from a stage to the supervisor; payload STAMP_BODY + text
+    ERROR = 14  # a stage failed on a record; payload text
+    HEARTBEAT = 15  # liveness ping through a channel without shared memory
+
+
+class RecordFlag(IntFlag):
+    NONE = 0
+    LAST = 1  # last record of its kind for this turn
+
+
+class ControlOp(IntEnum):
+    NEW_TURN = 1  # a turn counter rose: drop records and work of older turns
+    SESSION_OPEN = 2
+    SESSION_CLOSE = 3
+    SHUTDOWN = 4
+
+
+class Stamp(IntEnum):
+    """Trace points a stage reports to the supervisor's trace sink."""
+
+    SPEECH_START = 1
+    SPEECH_END = 2
+    ASR_FINAL = 3
+    LLM_FIRST_TOKEN = 4
+    LLM_DONE = 5
+    TTS_FIRST_AUDIO = 6
+    TTS_DONE = 7
+    TRANSCRIPT = 8  # text: the final transcript
+    REPLY_TEXT = 9  # text: the whole reply
+    LLM_PREFILL = 10  # value: tokens prefilled
+
+
+class SampleFormat(IntEnum):
+    PCM16 = 0
+    FLOAT32 = 1
+
+
+AUDIO_FORMAT = struct.Struct("<IHH")  # sample_rate, channels, SampleFormat
+FINAL_INFO = struct.Struct("<f")  # ASR decode time in ms
+TOKEN_ID = struct.Struct("<I")
+CONTROL_BODY = struct.Struct("<II")  # ControlOp, argument
+STAMP_BODY = struct.Struct("<Hq")  # Stamp, value
+TEXT_PAIR = struct.Struct("<I")  # byte length of the first string; the second follows
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record copied out of a channel."""
+
+    kind: RecordKind
+    flags: int
+    session_id: int
+    turn_id: int
+    stamp_ns: int
+    origin_ns: int
+    payload: bytes
+
+    def text(self, offset: int = 0) -> str:
+        return self.payload[offset:].decode("utf-8", errors="replace")
+
+
+def padded(length: int) -> int:
+    return (length + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def pack_header(
+    length: int, kind: int, flags: int, session_id: int, turn_id: int, stamp_ns: int, origin_ns: int
+) -> bytes:
+    return HEADER.pack(length, kind, flags, session_id, turn_id, stamp_ns, origin_ns)
+
+
+def parse_header(raw: bytes | memoryview) -> tuple[int, int, int, int, int, int, int]:
+    return HEADER.unpack_from(raw)
+
+
+def decode(raw: bytes | memoryview) -> Record:
+    """Decode a whole record (header + payload); raises ValueError on malformed input."""
+    if len(raw) < HEADER_BYTES:
+        raise ValueError(
+            f"record of {len(raw)} bytes is shorter than its {HEADER_BYTES}-byte header"
+        )
+    length, kind, flags, session_id, turn_id, stamp_ns, origin_ns = HEADER.unpack_from(raw)
+    if length < HEADER_BYTES or length > len(raw):
+        raise ValueError(f"record length field {length} does not fit the {len(raw)} bytes received")
+    try:
+        record_kind = RecordKind(kind)
+    except ValueError:
+        raise ValueError(f"unknown record kind {kind}") from None
+    return Record(
+        record_kind,
+        flags,
+        session_id,
+        turn_id,
+        stamp_ns,
+        origin_ns,
+        bytes(raw[HEADER_BYTES:length]),
+    )
+
+
+def encode(
+    kind: RecordKind,
+    payload: bytes = b"",
+    *,
+    session_id: int = 0,
+    turn_id: int = 0,
+    stamp_ns: int = 0,
+    origin_ns: int = 0,
+    flags: int = 0,
+) -> bytes:
+    """Whole record as bytes, for channels that carry messages rather than a byte ring."""
+    length = HEADER_BYTES + len(payload)
+    return pack_header(length, kind, flags, session_id, turn_id, stamp_ns, origin_ns) + payload
+
+
+def text_pair(first: str, second: str) -> bytes:
+    a = first.encode()
+    return TEXT_PAIR.pack(len(a)) + a + second.encode()
+
+
+def split_text_pair(payload: bytes) -> tuple[str, str]:
+    (first_len,) = TEXT_PAIR.unpack_from(payload)
+    start = TEXT_PAIR.size
+    if start + first_len > len(payload):
+        raise ValueError("text pair length exceeds its payload")
+    first = payload[start : start + first_len].decode("utf-8", errors="replace")
+    return first, payload[start + first_len :].decode("utf-8", errors="replace")

@@ -1,0 +1,128 @@
+"""`voxrelay` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from pipeline.models import ModelError
+
+MODES = ("streaming", "sequential")
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from pipeline import models
+
+    if args.action == "list":
+        print(f"cache: {models.voxrelay_home()}")
+        for asset in models.load_manifest().values():
+            state = "present" if asset.is_present() else "missing"
+            default = "default" if asset.default else "optional"
+            print(f"  {asset.name:10} {asset.kind:5} {default:8} {state:8} {asset.licence}")
+        return 0
+    for asset in models.select(args.names, args.all):
+        path = models.fetch(asset, force=args.force)
+        print(f"{asset.name}: {path}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pipeline.audio_io import read_clip
+    from pipeline.demo import run_once
+
+    clip = read_clip(Path(args.input))
+    row = asyncio.run(
+        run_once(
+            clip,
+            Path(args.output),
+            args.mode,
+            Path(args.trace) if args.trace else None,
+            args.transport,
+            args.output_rate,
+        )
+    )
+    if args.json:
+        print(json.dumps(row))
+    return 0 if not row.get("error") else 1
+
+
+def _cmd_transcribe(args: argparse.Namespace) -> int:
+    from asr.config import ASRConfig
+    from asr.transcribe import transcribe_file
+
+    config = ASRConfig(model=args.model, partial_interval_ms=0)
+    for path in args.files:
+        text = transcribe_file(Path(path), config)
+        print(json.dumps({"file": path, "text": text}) if args.json else f"{path}: {text}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voxrelay",
+        description="Streaming voice pipeline: speech in -> ASR -> LLM -> TTS -> speech out.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log stage restarts etc.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="one voice turn from a WAV file to a reply WAV")
+    run.add_argument("--input", required=True, help="speech WAV (PCM16, any rate) or 16 kHz .raw")
+    run.add_argument("--output", required=True, help="where to write the reply WAV")
+    run.add_argument("--trace", help="append the utterance's latency trace to this JSONL file")
+    run.add_argument(
+        "--mode",
+        choices=MODES,
+        default="streaming",
+        help="streaming pipeline (default) or the sequential yardstick",
+    )
+    run.add_argument(
+        "--transport",
+        choices=("shm", "zmq"),
+        default="shm",
+        help="stage-to-stage links: shared-memory rings or zmq over TCP",
+    )
+    run.add_argument(
+        "--output-rate",
+        type=int,
+        default=None,
+        help="reply sample rate (default: the voice's own, 22050 Hz)",
+    )
+    run.add_argument("--json", action="store_true", help="print the trace as one JSON line")
+    run.set_defaults(func=_cmd_run)
+
+    models = sub.add_parser("models", help="provision or list the bundled models")
+    models.add_argument("action", choices=("fetch", "list"))
+    models.add_argument("names", nargs="*", help="assets to fetch (default: the default set)")
+    models.add_argument("--all", action="store_true", help="fetch every asset, optional ones too")
+    models.add_argument("--force", action="store_true", help="download and unpack again")
+    models.set_defaults(func=_cmd_models)
+
+    transcribe = sub.add_parser("transcribe", help="print the final transcript of audio files")
+    transcribe.add_argument("files", nargs="+")
+    transcribe.add_argument("--model", choices=("tiny.en", "base"), default="tiny.en")
+    transcribe.add_argument("--json", action="store_true")
+    transcribe.set_defaults(func=_cmd_transcribe)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except (ModelError, ValueError) as exc:
+        print(f"voxrelay: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Pipeline configuration: one frozen dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TRANSPORTS = ("shm", "zmq")
+MODES = ("streaming", "sequential")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """How the supervisor wires and watches the three stage processes.
+
+    `transport` applies to the stage-to-stage links (ASR->LLM, LLM->TTS); the links to
+    the supervisor are always shared memory because the supervisor spawns the stages on
+    its own host. Stage settings are plain dicts handed to each stage's own config class,
+    so each stage validates its own fields.
+    """
+
+    transport: str = "shm"
+    audio_ring_bytes: int = 1 << 22  # 4 MiB: ~2 min of 16 kHz PCM16 input
+    token_ring_bytes: int = 1 << 20
+    control_ring_bytes: int = 1 << 16
+    start_timeout_s: float = 120.0
+    heartbeat_timeout_s: float = 3.0
+    max_restarts: int = 5
+    asr: dict[str, Any] = field(default_factory=dict)
+    llm: dict[str, Any] = field(default_factory=dict)
+    tts: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        for name in ("audio_ring_bytes", "token_ring_bytes", "control_ring_bytes"):
+            size = getattr(self, name)
+            if size < 4096 or size & (size - 1):
+                raise ValueError(f"{name} must be a power of two >= 4096, got {size}")
+        if self.heartbeat_timeout_s <= 0 or self.start_timeout_s <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.max_restarts < 0:
+            raise ValueError("max_restarts must be >= 0")

@@ -1,0 +1,56 @@
+"""One voice turn from a file: the body of `voxrelay run` and `make demo`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.audio_io import Clip, OutputResampler, write_wav
+from pipeline.config import PipelineConfig
+from pipeline.run import ClipResult, Pipeline
+from pipeline.trace import TraceSink, format_trace
+
+
+async def run_once(
+    clip: Clip,
+    output: Path,
+    mode: str,
+    trace_path: Path | None,
+    transport: str = "shm",
+    output_rate: int | None = None,
+) -> dict[str, Any]:
+    if mode == "sequential":
+        from pipeline.sequential import SequentialPipeline
+
+        sequential = SequentialPipeline()
+        result = sequential.run_clip(clip)
+        traces = TraceSink(trace_path)
+        for trace in result.traces:
+            traces.write(trace)
+        traces.close()
+    else:
+        async with Pipeline(PipelineConfig(transport=transport), trace_path) as pipeline:
+            result = await pipeline.run_clip(clip)
+    return report(result, output, output_rate)
+
+
+def report(result: ClipResult, output: Path, output_rate: int | None) -> dict[str, Any]:
+    for error in result.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if not result.traces:
+        print("no speech was recognised in the input", file=sys.stderr)
+        return {"error": "no turn"}
+    rate = output_rate or result.sample_rate
+    audio = OutputResampler(result.sample_rate, rate).convert(result.audio, last=True)
+    write_wav(output, audio, rate)
+    row: dict[str, Any] = {}
+    for trace in result.traces:
+        row = trace.to_dict()
+        print(f"transcript: {row['transcript']}")
+        print(f"reply:      {row['reply_text']}")
+        print(f"trace:      {format_trace(row)}")
+        if row["error"]:
+            print(f"error:      {row['error']}")
+    print(f"wrote {output} ({len(audio) / 2 / rate:.2f} s at {rate} Hz)")
+    return row

@@ -1,0 +1,130 @@
+"""File-in/file-out runs through the three stage processes (CLI `run`, demo, bench).
+
+Audio is fed at real-time pace in 20 ms frames, as a microphone would deliver it,
+followed by trailing silence so the endpointer sees the end of speech the way it
+would live. END_OF_INPUT then travels down the pipeline behind the session's last
+records: when it comes back out of TTS, every turn of that input is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
+from pipeline.audio_io import Clip
+from pipeline.config import PipelineConfig
+from pipeline.session import SessionRouter
+from pipeline.supervisor import Supervisor
+from pipeline.trace import TraceSink, TurnTrace
+
+FRAME_MS = 20
+
+
+@dataclass(slots=True)
+class ClipResult:
+    traces: list[TurnTrace]
+    audio: bytes
+    sample_rate: int
+    errors: list[str] = field(default_factory=list)
+
+
+class CollectingSink:
+    """Gathers one session's reply audio and events; `done` is set by END_OF_INPUT."""
+
+    def __init__(self) -> None:
+        self.audio = bytearray()
+        self.sample_rate = 0
+        self.errors: list[str] = []
+        self.texts: list[tuple[str, str]] = []
+        self.done = asyncio.Event()
+
+    def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None:
+        self.audio += pcm16
+        self.sample_rate = sample_rate
+
+    def on_text(self, turn_id: int, kind: str, text: str) -> None:
+        self.texts.append((kind, text))
+
+    def on_error(self, turn_id: int, message: str) -> None:
+        self.errors.append(message)
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        pass
+
+
+class Pipeline:
+    """A running supervisor plus the session router: the streaming pipeline as a whole."""
+
+    def __init__(
+        self, config: PipelineConfig, trace_path: Path | None = None, transport_name: str = "file"
+    ) -> None:
+        self.traces = TraceSink(trace_path)
+        self.router = SessionRouter(self.traces, transport=transport_name)
+        self.supervisor = Supervisor(config, self._on_record)
+        self.supervisor.on_restart = self._on_restart
+        self._sinks: dict[int, CollectingSink] = {}
+
+    def _on_restart(self, stage: str, why: str) -> None:
+        # Work in flight died with the stage: fail those turns and end the file sessions
+        # (their END_OF_INPUT marker may have died too); the next input works again.
+        self.router.on_stage_restart(stage, why)
+        for sink in self._sinks.values():
+            sink.done.set()
+
+    def _on_record(self, stage: str, record: Record) -> None:
+        if record.kind == RecordKind.END_OF_INPUT:
+            sink = self._sinks.get(record.session_id)
+            if sink is not None:
+                sink.done.set()
+            return
+        self.router.on_record(stage, record)
+
+    async def __aenter__(self) -> Pipeline:
+        await self.supervisor.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.supervisor.stop()
+        self.traces.close()
+
+    async def run_clip(
+        self,
+        clip: Clip,
+        *,
+        realtime: bool = True,
+        trailing_silence_s: float = 1.0,
+        timeout_s: float = 120.0,
+    ) -> ClipResult:
+        sink = CollectingSink()
+        session = self.router.open(sink)
+        self._sinks[session.session_id] = sink
+        try:
+            await self.feed(session.session_id, clip.with_silence(trailing_silence_s), realtime)
+            self.supervisor.audio_in.send(RecordKind.END_OF_INPUT, session_id=session.session_id)
+            try:
+                await asyncio.wait_for(sink.done.wait(), timeout_s)
+            except TimeoutError:
+                sink.errors.append(f"no reply within {timeout_s:.0f} s")
+            self.supervisor.control(ControlOp.SESSION_CLOSE, session_id=session.session_id)
+            return ClipResult(session.finished, bytes(sink.audio), sink.sample_rate, sink.errors)
+        finally:
+            self._sinks.pop(session.session_id, None)
+            self.router.close(session.session_id)
+
+    async def feed(self, session_id: int, clip: Clip, realtime: bool) -> None:
+        header = AUDIO_FORMAT.pack(clip.sample_rate, clip.channels, SampleFormat.PCM16)
+        start = time.perf_counter()
+        for index, frame in enumerate(clip.frames(FRAME_MS)):
+            if realtime:
+                # Pace against the start time, not frame to frame, so drift cannot build up.
+                delay = start + index * FRAME_MS / 1000 - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            elif index % 50 == 0:
+                await asyncio.sleep(0)  # let the loop route replies while we feed
+            self.supervisor.audio_in.send(
+                RecordKind.AUDIO_IN, header, frame, session_id=session_id, block=False
+            )

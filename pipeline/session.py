@@ -1,0 +1,142 @@
+"""Sessions: route what the stages send back to the client that owns it.
+
+Every record carries a session id; the router hands it to that session, which keeps
+one `TurnTrace` per turn and tells its `Sink` (a file, a WebSocket, a SIP call) about
+reply audio, transcripts, errors and finished turns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
+from pipeline.trace import TraceSink, TurnTrace
+
+
+class Sink(Protocol):
+    def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None: ...
+
+    def on_text(self, turn_id: int, kind: str, text: str) -> None: ...
+
+    def on_error(self, turn_id: int, message: str) -> None: ...
+
+    def on_turn_done(self, trace: TurnTrace) -> None: ...
+
+
+class Session:
+    def __init__(
+        self, session_id: int, sink: Sink, traces: TraceSink, transport: str, mode: str
+    ) -> None:
+        self.session_id = session_id
+        self.sink = sink
+        self._traces = traces
+        self._transport = transport
+        self._mode = mode
+        self.turns: dict[int, TurnTrace] = {}
+        self.finished: list[TurnTrace] = []
+        self._failed: set[int] = set()  # turns whose leftovers must be dropped
+        self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
+            RecordKind.AUDIO_OUT: self._on_audio,
+            RecordKind.AUDIO_END: self._on_audio_end,
+            RecordKind.STAMP: self._on_stamp,
+            RecordKind.ERROR: self._on_error,
+        }
+
+    def trace(self, turn_id: int) -> TurnTrace:
+        if turn_id not in self.turns:
+            self.turns[turn_id] = TurnTrace(self.session_id, turn_id, self._transport, self._mode)
+        return self.turns[turn_id]
+
+    def deliver(self, record: Record) -> None:
+        handler = self._dispatch.get(record.kind)
+        if handler is not None and record.turn_id not in self._failed:
+            handler(record)
+
+    def _on_audio(self, record: Record) -> None:
+        trace = self.trace(record.turn_id)
+        rate, _channels, _fmt = AUDIO_FORMAT.unpack_from(record.payload)
+        pcm = record.payload[AUDIO_FORMAT.size :]
+        if not trace.first_audio_out_ns:
+            trace.first_audio_out_ns = time.perf_counter_ns()
+        trace.audio_out_samples += len(pcm) // 2
+        trace.audio_out_rate = rate
+        self.sink.on_audio(record.turn_id, pcm, rate)
+
+    def _on_audio_end(self, record: Record) -> None:
+        trace = self.turns.pop(record.turn_id, None)
+        if trace is None or trace.error:
+            return
+        self._finish(trace)
+
+    def _finish(self, trace: TurnTrace) -> None:
+        self._traces.write(trace)
+        self.finished.append(trace)
+        self.sink.on_turn_done(trace)
+
+    def _on_stamp(self, record: Record) -> None:
+        point, value = STAMP_BODY.unpack_from(record.payload)
+        text = record.payload[STAMP_BODY.size :].decode("utf-8", errors="replace")
+        trace = self.trace(record.turn_id)
+        stamp = Stamp(point)
+        if stamp == Stamp.TRANSCRIPT:
+            trace.transcript = text
+            self.sink.on_text(record.turn_id, "transcript.final", text)
+        elif stamp == Stamp.REPLY_TEXT:
+            trace.reply_text = text
+            self.sink.on_text(record.turn_id, "response.text", text)
+        elif stamp == Stamp.LLM_PREFILL:
+            trace.prefill_tokens = value
+        else:
+            trace.mark(stamp, record.stamp_ns)
+            if stamp == Stamp.ASR_FINAL:
+                trace.asr_decode_ms = value / 1000
+
+    def _on_error(self, record: Record) -> None:
+        self.fail(record.turn_id, record.text())
+
+    def fail(self, turn_id: int, message: str) -> None:
+        trace = self.trace(turn_id)
+        if not trace.error:
+            self._failed.add(turn_id)
+            trace.error = message
+            self.sink.on_error(turn_id, message)
+            self.turns.pop(turn_id, None)
+            self._finish(trace)
+
+    def fail_open_turns(self, message: str) -> None:
+        for turn_id in list(self.turns):
+            self.fail(turn_id, message)
+
+
+class SessionRouter:
+    def __init__(self, traces: TraceSink, transport: str = "file", mode: str = "streaming") -> None:
+        self.sessions: dict[int, Session] = {}
+        self._ids = itertools.count(1)
+        self._traces = traces
+        self._transport = transport
+        self._mode = mode
+        self.unrouted = 0
+
+    def open(self, sink: Sink, transport: str | None = None) -> Session:
+        session = Session(
+            next(self._ids), sink, self._traces, transport or self._transport, self._mode
+        )
+        self.sessions[session.session_id] = session
+        return session
+
+    def close(self, session_id: int) -> None:
+        self.sessions.pop(session_id, None)
+
+    def on_record(self, stage: str, record: Record) -> None:
+        session = self.sessions.get(record.session_id)
+        if session is None:
+            self.unrouted += 1
+            return
+        session.deliver(record)
+
+    def on_stage_restart(self, stage: str, why: str) -> None:
+        for session in self.sessions.values():
+            session.fail_open_turns(f"{why}; the turn was lost, the next one will work")

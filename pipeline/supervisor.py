@@ -1,0 +1,279 @@
+"""Starts the ASR, LLM and TTS processes, wires their channels, restarts the dead.
+
+Topology (each arrow is one channel; `=` links follow `PipelineConfig.transport`)::
+
+    supervisor --audio--> ASR ==text==> LLM ==tokens==> TTS --audio--> supervisor
+    supervisor --control--> each stage;  each stage --events--> supervisor
+
+The supervisor keeps every shared-memory fd open, so a restarted stage attaches to
+the same rings and its neighbours never notice. It runs on an asyncio loop: ring
+doorbells and child pidfds are plain fds for `loop.add_reader`, so one thread routes
+everything and no lock is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ipc.channel import ChannelSpec, make_channel
+from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
+from ipc.ring import Consumer, Producer
+from pipeline.config import PipelineConfig
+from pipeline.status import StageStatus
+
+log = logging.getLogger("voxrelay.supervisor")
+STAGES = ("asr", "llm", "tts")
+RecordCallback = Callable[[str, Record], None]
+
+
+class StageFailed(RuntimeError):
+    """A stage could not start, or died more often than the restart budget allows."""
+
+
+@dataclass(slots=True)
+class StageProcess:
+    name: str
+    specs: dict[str, ChannelSpec]
+    status: StageStatus
+    control: Producer
+    events: Consumer
+    stage_config: dict[str, object]
+    process: subprocess.Popen[bytes] | None = None
+    pidfd: int = -1
+    restarts: int = 0
+    stderr_path: str = ""
+    started_ns: int = field(default=0)
+
+    def fds(self) -> tuple[int, ...]:
+        owned = [self.status.fd]
+        for spec in self.specs.values():
+            owned.extend(spec.inheritable_fds())
+        return tuple(owned)
+
+
+class Supervisor:
+    """Owns the stage processes. `on_record(stage, record)` receives every record that
+    reaches the supervisor: reply audio from TTS and events from all three stages."""
+
+    def __init__(self, config: PipelineConfig, on_record: RecordCallback) -> None:
+        self.config = config
+        self._on_record = on_record
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stages: dict[str, StageProcess] = {}
+        self._watchdog: asyncio.Task[None] | None = None
+        self._closing = False
+        self.on_restart: Callable[[str, str], None] = lambda stage, why: None
+        audio_in = make_channel("shm", config.audio_ring_bytes)
+        asr_llm = make_channel(config.transport, config.token_ring_bytes)
+        llm_tts = make_channel(config.transport, config.token_ring_bytes)
+        audio_out = make_channel("shm", config.audio_ring_bytes)
+        self._links = {
+            "asr": (audio_in, asr_llm),
+            "llm": (asr_llm, llm_tts),
+            "tts": (llm_tts, audio_out),
+        }
+        assert audio_in.ring is not None and audio_out.ring is not None
+        self.audio_in = Producer(audio_in.ring)
+        self.audio_out = Consumer(audio_out.ring)
+        self._channel_specs = [audio_in, asr_llm, llm_tts, audio_out]
+
+    def stage_configs(self) -> dict[str, dict[str, object]]:
+        return {"asr": self.config.asr, "llm": self.config.llm, "tts": self.config.tts}
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for name, stage_config in self.stage_configs().items():
+            control = make_channel("shm", self.config.control_ring_bytes)
+            events = make_channel("shm", self.config.token_ring_bytes)
+            assert control.ring is not None and events.ring is not None
+            data_in, data_out = self._links[name]
+            specs = {"input": data_in, "output": data_out, "control": control, "events": events}
+            self._stages[name] = StageProcess(
+                name,
+                specs,
+                StageStatus.create(name),
+                Producer(control.ring),
+                Consumer(events.ring),
+                stage_config,
+            )
+        self._loop.add_reader(self.audio_out.fileno(), self._drain, "tts", self.audio_out)
+        for stage in self._stages.values():
+            self._loop.add_reader(stage.events.fileno(), self._drain, stage.name, stage.events)
+            self._spawn(stage)
+        await asyncio.gather(*(self._wait_ready(s) for s in self._stages.values()))
+        self._watchdog = asyncio.create_task(self._watch_heartbeats())
+
+    def _spawn(self, stage: StageProcess) -> None:
+        stage.status.reset()
+        specs = {k: v.encode() for k, v in stage.specs.items()}
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipeline.worker",
+            stage.name,
+            *(f"--{k}={v}" for k, v in specs.items()),
+            f"--status={stage.status.fd}",
+            f"--parent={os.getpid()}",
+            f"--config={json.dumps(stage.stage_config)}",
+        ]
+        err = open(stage.stderr_path or _stderr_path(stage.name), "ab")  # noqa: SIM115
+        stage.stderr_path = err.name
+        stage.process = subprocess.Popen(
+            cmd, pass_fds=stage.fds(), stdin=subprocess.DEVNULL, stdout=err, stderr=err
+        )
+        err.close()
+        stage.started_ns = time.perf_counter_ns()
+        stage.pidfd = os.pidfd_open(stage.process.pid)
+        assert self._loop is not None
+        self._loop.add_reader(stage.pidfd, self._on_exit, stage)
+
+    async def _wait_ready(self, stage: StageProcess) -> None:
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while stage.status.ready_ns == 0:
+            assert stage.process is not None
+            if stage.process.poll() is not None:
+                raise StageFailed(f"{stage.name} stage exited while starting: {_tail(stage)}")
+            if time.monotonic() > deadline:
+                raise StageFailed(
+                    f"{stage.name} stage did not start within "
+                    f"{self.config.start_timeout_s:.0f} s: {_tail(stage)}"
+                )
+            await asyncio.sleep(0.02)
+
+    def _drain(self, stage_name: str, consumer: Consumer) -> None:
+        while (record := consumer.recv()) is not None:
+            self._on_record(stage_name, record)
+
+    def _on_exit(self, stage: StageProcess) -> None:
+        assert self._loop is not None and stage.process is not None
+        self._loop.remove_reader(stage.pidfd)
+        os.close(stage.pidfd)
+        code = stage.process.wait()
+        if self._closing:
+            return
+        self._restart(stage, f"{stage.name} stage process exited with code {code}")
+
+    def _restart(self, stage: StageProcess, why: str) -> None:
+        log.warning("%s; restarting it", why)
+        # Events it wrote before dying are still in its ring: deliver them first.
+        self._drain(stage.name, stage.events)
+        if stage.name == "tts":
+            self._drain("tts", self.audio_out)
+        stage.restarts += 1
+        if stage.restarts > self.config.max_restarts:
+            log.error("%s stage exceeded %d restarts", stage.name, self.config.max_restarts)
+            self.on_restart(stage.name, why + "; restart budget exhausted")
+            return
+        self.on_restart(stage.name, why)
+        self._spawn(stage)
+
+    async def _watch_heartbeats(self) -> None:
+        timeout_ns = int(self.config.heartbeat_timeout_s * 1e9)
+        while not self._closing:
+            await asyncio.sleep(min(0.25, self.config.heartbeat_timeout_s / 4))
+            now = time.perf_counter_ns()
+            for stage in self._stages.values():
+                beat = stage.status.heartbeat_ns if stage.status.ready_ns else stage.started_ns
+                if stage.status.ready_ns and now - beat > timeout_ns and stage.process:
+                    if stage.process.poll() is None:
+                        log.warning(
+                            "%s stage missed heartbeats for %.1f s; killing it",
+                            stage.name,
+                            (now - beat) / 1e9,
+                        )
+                        stage.process.kill()  # _on_exit restarts it
+                        stage.status.reset()
+
+    def stage_pid(self, name: str) -> int:
+        process = self._stages[name].process
+        assert process is not None
+        return process.pid
+
+    def restarts(self, name: str) -> int:
+        return self._stages[name].restarts
+
+    def is_ready(self, name: str) -> bool:
+        return self._stages[name].status.ready_ns != 0
+
+    def control(
+        self,
+        op: ControlOp,
+        argument: int = 0,
+        session_id: int = 0,
+        turn_id: int = 0,
+        stages: tuple[str, ...] = STAGES,
+    ) -> None:
+        for name in stages:
+            self._stages[name].control.send(
+                RecordKind.CONTROL,
+                CONTROL_BODY.pack(op, argument),
+                session_id=session_id,
+                turn_id=turn_id,
+                timeout_s=0.5,
+            )
+
+    async def stop(self) -> None:
+        self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for stage in self._stages.values():
+            if stage.process and stage.process.poll() is None:
+                try:
+                    stage.control.send(
+                        RecordKind.CONTROL, CONTROL_BODY.pack(ControlOp.SHUTDOWN, 0), timeout_s=0.2
+                    )
+                except TimeoutError:
+                    stage.process.kill()
+        deadline = time.monotonic() + 5.0
+        for stage in self._stages.values():
+            while stage.process and stage.process.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if stage.process and stage.process.poll() is None:
+                stage.process.kill()
+                stage.process.wait()
+        assert self._loop is not None
+        self._loop.remove_reader(self.audio_out.fileno())
+        for stage in self._stages.values():
+            self._loop.remove_reader(stage.events.fileno())
+            if stage.pidfd >= 0:
+                self._loop.remove_reader(stage.pidfd)
+                with contextlib.suppress(OSError):
+                    os.close(stage.pidfd)
+            stage.control.close()
+            stage.events.close()
+            stage.status.close()
+            for key in ("control", "events"):
+                ring = stage.specs[key].ring
+                if ring is not None:
+                    ring.close()
+        self.audio_in.close()
+        self.audio_out.close()
+        for spec in self._channel_specs:
+            if spec.ring is not None:
+                spec.ring.close()
+
+
+def _stderr_path(name: str) -> str:
+    directory = os.environ.get("VOXRELAY_LOG_DIR") or os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), f"voxrelay-{os.getpid()}"
+    )
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, f"{name}.log")
+
+
+def _tail(stage: StageProcess, lines: int = 5) -> str:
+    try:
+        with open(stage.stderr_path, "rb") as f:
+            text = f.read()[-4000:].decode(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(text[-lines:]) or "(empty log)"

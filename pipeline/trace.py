@@ -1,0 +1,104 @@
+"""Per-utterance latency traces: stamps from every stage, derived milliseconds, JSONL.
+
+All stamps are `time.perf_counter_ns()` (CLOCK_MONOTONIC, shared by all processes on
+the host), taken where a record crosses a stage boundary. TTFA is the first reply
+sample leaving the pipeline minus the end of the user's speech.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ipc.records import Stamp
+
+# (field name, stamp) for the timestamps a trace reports.
+_STAMP_FIELDS: tuple[tuple[str, Stamp], ...] = (
+    ("speech_start_ns", Stamp.SPEECH_START),
+    ("speech_end_ns", Stamp.SPEECH_END),
+    ("asr_final_ns", Stamp.ASR_FINAL),
+    ("llm_first_token_ns", Stamp.LLM_FIRST_TOKEN),
+    ("llm_done_ns", Stamp.LLM_DONE),
+    ("tts_first_audio_ns", Stamp.TTS_FIRST_AUDIO),
+    ("tts_done_ns", Stamp.TTS_DONE),
+)
+
+# (derived name, later stamp field, earlier stamp field)
+_DERIVED: tuple[tuple[str, str, str], ...] = (
+    ("endpoint_ms", "asr_final_ns", "speech_end_ns"),
+    ("llm_ttft_ms", "llm_first_token_ns", "asr_final_ns"),
+    ("tts_first_audio_ms", "tts_first_audio_ns", "llm_first_token_ns"),
+    ("out_ms", "first_audio_out_ns", "tts_first_audio_ns"),
+    ("ttfa_ms", "first_audio_out_ns", "speech_end_ns"),
+    ("llm_total_ms", "llm_done_ns", "asr_final_ns"),
+)
+
+
+@dataclass(slots=True)
+class TurnTrace:
+    session_id: int
+    turn_id: int
+    transport: str
+    mode: str
+    stamps: dict[Stamp, int] = field(default_factory=dict)
+    first_audio_out_ns: int = 0
+    audio_out_samples: int = 0
+    audio_out_rate: int = 0
+    transcript: str = ""
+    reply_text: str = ""
+    prefill_tokens: int = 0
+    asr_decode_ms: float = 0.0
+    error: str = ""
+
+    def mark(self, point: Stamp, at_ns: int) -> None:
+        # The first stamp of a kind wins: a retried stage must not move it later.
+        self.stamps.setdefault(point, at_ns)
+
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "session": self.session_id,
+            "turn": self.turn_id,
+            "transport": self.transport,
+            "mode": self.mode,
+        }
+        for name, point in _STAMP_FIELDS:
+            row[name] = self.stamps.get(point)
+        row["first_audio_out_ns"] = self.first_audio_out_ns or None
+        for name, later, earlier in _DERIVED:
+            a, b = row.get(later), row.get(earlier)
+            row[name] = round((a - b) / 1e6, 2) if a and b else None
+        row["audio_out_ms"] = (
+            round(1000 * self.audio_out_samples / self.audio_out_rate, 1)
+            if self.audio_out_rate
+            else 0.0
+        )
+        row["asr_decode_ms"] = round(self.asr_decode_ms, 2)
+        row["prefill_tokens"] = self.prefill_tokens
+        row["transcript"] = self.transcript
+        row["reply_text"] = self.reply_text
+        row["error"] = self.error or None
+        return row
+
+
+class TraceSink:
+    """Appends one JSON line per finished utterance; a no-op without a path."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._file: IO[str] | None = path.open("a", encoding="utf-8") if path else None
+
+    def write(self, trace: TurnTrace) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(trace.to_dict()) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def format_trace(row: dict[str, Any]) -> str:
+    """A short human-readable waterfall of one trace row."""
+    parts = [f"{name}={row[name]:.0f}ms" for name, _, _ in _DERIVED if row.get(name) is not None]
+    return "  ".join(parts)

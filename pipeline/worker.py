@@ -1,0 +1,182 @@
+"""The loop every stage process runs, and the process entry point.
+
+`python -m pipeline.worker STAGE --input SPEC --output SPEC --control SPEC --events SPEC
+--status FD --config JSON`. The parent passes ring fds with `pass_fds`; the JSON config
+is control plane (read once at start), never data.
+
+Loop: control records first (they carry priority: a new turn cancels work), then data
+records, then one unit of the handler's own work (a decode step, a synthesis), and a
+poll when idle. The loop beats the status block every iteration so the supervisor can
+tell a stuck process from a busy one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Protocol
+
+import zmq
+
+from ipc.channel import ChannelSpec, Receiver, Sender, open_receiver, open_sender
+from ipc.records import CONTROL_BODY, STAMP_BODY, ControlOp, Record, RecordKind, Stamp
+from pipeline.status import StageStatus
+
+IDLE_POLL_MS = 100
+PR_SET_PDEATHSIG = 1
+
+
+class Events:
+    """Stage -> supervisor: trace stamps and errors (their own sink, not the data path)."""
+
+    def __init__(self, sender: Sender) -> None:
+        self._sender = sender
+
+    def stamp(
+        self,
+        session_id: int,
+        turn_id: int,
+        point: Stamp,
+        value: int = 0,
+        text: str = "",
+        at_ns: int | None = None,
+    ) -> None:
+        self._sender.send(
+            RecordKind.STAMP,
+            STAMP_BODY.pack(point, value),
+            text.encode(),
+            session_id=session_id,
+            turn_id=turn_id,
+            stamp_ns=at_ns,
+            timeout_s=2.0,
+        )
+
+    def error(self, session_id: int, turn_id: int, message: str) -> None:
+        self._sender.send(
+            RecordKind.ERROR,
+            message.encode()[:4000],
+            session_id=session_id,
+            turn_id=turn_id,
+            timeout_s=2.0,
+        )
+
+
+class Handler(Protocol):
+    def handle(self, record: Record) -> None: ...
+
+    def step(self) -> bool:
+        """Do one unit of pending work; True while more is pending."""
+        ...
+
+
+HandlerFactory = Callable[[dict[str, object], Sender, Events], Handler]
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when the supervisor dies: no stray processes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        os._exit(1)
+
+
+def run_loop(
+    handler: Handler,
+    data_in: Receiver,
+    control: Receiver,
+    events: Events,
+    status: StageStatus,
+    parent_pid: int,
+) -> None:
+    poller = zmq.Poller()
+    poller.register(control.pollable(), zmq.POLLIN)
+    poller.register(data_in.pollable(), zmq.POLLIN)
+    parent_fd = os.pidfd_open(parent_pid)
+    poller.register(parent_fd, zmq.POLLIN)
+    busy = False
+    while True:
+        status.beat()
+        timeout_ms = 0 if busy else IDLE_POLL_MS
+        ready = dict(poller.poll(timeout_ms))
+        if parent_fd in ready:
+            return
+        while (record := control.recv()) is not None:
+            if record.kind == RecordKind.CONTROL and _is_shutdown(record):
+                return
+            handler.handle(record)
+        # Bounded batch so control is looked at again soon even under a flood of audio.
+        for _ in range(64):
+            record = data_in.recv()
+            if record is None:
+                break
+            try:
+                handler.handle(record)
+            except ValueError as exc:  # bad input from a client: report, keep serving
+                events.error(record.session_id, record.turn_id, str(exc))
+        busy = handler.step()
+
+
+def _is_shutdown(record: Record) -> bool:
+    op, _ = CONTROL_BODY.unpack_from(record.payload)
+    return bool(op == ControlOp.SHUTDOWN)
+
+
+def _factories() -> dict[str, HandlerFactory]:
+    # Imported lazily: each process loads only its own stage's libraries.
+    def asr(config: dict[str, object], out: Sender, events: Events) -> Handler:
+        from asr.worker import ASRHandler
+
+        handler: Handler = ASRHandler(config, out, events)
+        return handler
+
+    def llm(config: dict[str, object], out: Sender, events: Events) -> Handler:
+        from llm.worker import LLMHandler
+
+        handler: Handler = LLMHandler(config, out, events)
+        return handler
+
+    def tts(config: dict[str, object], out: Sender, events: Events) -> Handler:
+        from tts.worker import TTSHandler
+
+        handler: Handler = TTSHandler(config, out, events)
+        return handler
+
+    return {"asr": asr, "llm": llm, "tts": tts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="voxrelay-stage")
+    parser.add_argument("stage", choices=sorted(_factories()))
+    for name in ("input", "output", "control", "events"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--status", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--config", default="{}")
+    args = parser.parse_args(argv)
+    _die_with_parent(args.parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
+    status = StageStatus.attach(args.status)
+    events = Events(open_sender(ChannelSpec.parse(args.events)))
+    data_in = open_receiver(ChannelSpec.parse(args.input))
+    control = open_receiver(ChannelSpec.parse(args.control))
+    out = open_sender(ChannelSpec.parse(args.output))
+    try:
+        handler = _factories()[args.stage](json.loads(args.config), out, events)
+    except Exception as exc:  # a model that fails to load: say why, exit non-zero
+        events.error(0, 0, f"{args.stage} stage failed to start: {exc}")
+        traceback.print_exc()
+        return 2
+    status.mark_ready(time.perf_counter_ns())
+    run_loop(handler, data_in, control, events, status, args.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

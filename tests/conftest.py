@@ -1,0 +1,13 @@
+from pathlib import Path
+
+import pytest
+
+from pipeline.models import ModelError, asset_path
+
+
+@pytest.fixture(scope="session")
+def clips_dir() -> Path:
+    try:
+        return asset_path("testclips")
+    except ModelError as exc:
+        pytest.skip(f"test clips missing: {exc}")

@@ -1,0 +1,138 @@
+"""Piper voice wrapper: fragments in, evenly loud, click-free AudioChunks out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import onnxruntime
+import soxr
+from piper import PiperVoice, SynthesisConfig
+from piper.config import PiperConfig
+
+from tts.audio import AudioChunk, fade_edges, to_int16, trim_silence
+from tts.chunker import Chunker
+from tts.config import TTSConfig
+from tts.text import clean_for_speech
+
+_SENTENCE_END = ".?!"
+_CLAUSE_END = ",;:"
+_WARMUP_TEXT = "Hello there."
+
+
+class Voice:
+    """A loaded Piper voice. Not thread-safe: one Voice per TTS worker.
+
+    Calls share no state, so one Voice can serve fragments of several sessions in
+    any interleaving. A reply is its fragments in order, the last with final=True.
+    """
+
+    def __init__(self, config: TTSConfig) -> None:
+        self.config = config
+        piper_config = PiperConfig.from_dict(
+            json.loads((config.voice_dir / "voice.onnx.json").read_text(encoding="utf-8"))
+        )
+        # PiperVoice.load takes no session options, so the session is built here to
+        # pin the thread count (the machine is shared with the ASR and LLM workers).
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = config.num_threads
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(
+            str(config.voice_dir / "voice.onnx"),
+            sess_options=options,
+            providers=["CPUExecutionProvider"],
+        )
+        self._piper = PiperVoice(session=session, config=piper_config)
+        self.native_sample_rate: int = piper_config.sample_rate
+        self.sample_rate: int = config.output_sample_rate or self.native_sample_rate
+        # Peak normalisation per sentence would make a short "Sure," as loud as a long
+        # sentence's loudest syllable; a fixed gain keeps loudness steady across joints.
+        self._syn_config = SynthesisConfig(
+            length_scale=piper_config.length_scale / config.speed,
+            noise_scale=config.noise_scale,
+            noise_w_scale=config.noise_w_scale,
+            normalize_audio=False,
+        )
+        self._gain = float(10.0 ** (config.gain_db / 20.0))
+        self._fade_samples = round(config.fade_ms * self.native_sample_rate / 1000)
+        # The first onnxruntime run allocates and plans; pay that here, not on the
+        # first reply (it roughly doubles the first call's latency).
+        for _ in self._piper.synthesize(_WARMUP_TEXT, syn_config=self._syn_config):
+            pass
+
+    def synthesize(self, fragment: str, *, final: bool) -> Iterator[AudioChunk]:
+        """Yield audio for one fragment, one chunk per sentence as soon as it is ready.
+
+        With final=True the fragment ends the reply: its last chunk has is_last=True
+        (an empty chunk when nothing in the fragment is speakable). Stopping the
+        iteration early aborts the fragment; nothing carries over to the next call.
+        """
+        text = clean_for_speech(fragment)
+        # Phonemize up front (cheap, ~1 ms) so the last sentence is known without
+        # waiting for the model: it carries is_last and flushes the resampler.
+        sentences = (
+            [phonemes for phonemes in self._piper.phonemize(text) if phonemes] if text else []
+        )
+        if not sentences:
+            if final:
+                empty = np.zeros(0, dtype=np.int16)
+                yield AudioChunk(pcm=empty, sample_rate=self.sample_rate, text="", is_last=True)
+            return
+        # One resampler stream per fragment: its filter state runs across the
+        # fragment's sentences, and none leaks into the next fragment, which may belong
+        # to another session or to a turn that barge-in cancelled. Fragments start and
+        # end on faded zeros, so separate streams join without a step.
+        resampler = self._new_resampler()
+        for index, phonemes in enumerate(sentences):
+            is_last_sentence = index == len(sentences) - 1
+            audio = self._piper.phoneme_ids_to_audio(
+                self._piper.phonemes_to_ids(phonemes), self._syn_config
+            )
+            assert isinstance(audio, np.ndarray)  # a tuple only with alignments
+            pause_ms = 0.0 if final and is_last_sentence else self._pause_ms(phonemes)
+            shaped = self._shape(audio, pause_ms)
+            if resampler is not None:
+                shaped = resampler.resample_chunk(shaped, last=is_last_sentence)
+            yield AudioChunk(
+                pcm=to_int16(shaped),
+                sample_rate=self.sample_rate,
+                text=text,
+                is_last=final and is_last_sentence,
+            )
+
+    def synthesize_stream(self, deltas: Iterable[str]) -> Iterator[AudioChunk]:
+        """Chunk streamed LLM deltas and synthesize each fragment as it is released."""
+        chunker = Chunker(self.config)
+        for delta in deltas:
+            for fragment in chunker.push(delta):
+                yield from self.synthesize(fragment, final=False)
+        tail = chunker.flush()
+        for index, fragment in enumerate(tail):
+            yield from self.synthesize(fragment, final=index == len(tail) - 1)
+        if not tail:
+            yield from self.synthesize("", final=True)
+
+    def synthesize_text(self, text: str) -> Iterator[AudioChunk]:
+        """Synthesize a whole reply, fragment by fragment (the sequential baseline)."""
+        return self.synthesize_stream([text])
+
+    def _pause_ms(self, phonemes: list[str]) -> float:
+        # espeak keeps the sentence's closing punctuation as its last phoneme(s).
+        last = "".join(phonemes).rstrip()[-1:]
+        if last and last in _SENTENCE_END:
+            return self.config.sentence_pause_ms
+        if last and last in _CLAUSE_END:
+            return self.config.clause_pause_ms
+        # Cut mid-clause (word cap): any pause would be heard as a stumble.
+        return 0.0
+
+    def _shape(self, audio: np.ndarray, pause_ms: float) -> np.ndarray:
+        voiced = trim_silence(audio * self._gain, self.native_sample_rate)
+        pause = np.zeros(round(pause_ms * self.native_sample_rate / 1000), dtype=np.float32)
+        return np.concatenate([fade_edges(voiced, self._fade_samples), pause])
+
+    def _new_resampler(self) -> soxr.ResampleStream | None:
+        if self.sample_rate == self.native_sample_rate:
+            return None
+        return soxr.ResampleStream(self.native_sample_rate, self.sample_rate, 1, dtype="float32")

@@ -1,0 +1,139 @@
+"""The TTS stage process: token records in, reply audio records out.
+
+Tokens from every session are chunked as they arrive (a `Chunker` per turn);
+fragments wait in one FIFO and `step()` synthesizes one per loop iteration, so
+control records are looked at between fragments. Audio leaves at the voice's native
+rate; each session's sink converts to the rate its client asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ipc.channel import Sender
+from ipc.records import (
+    AUDIO_FORMAT,
+    CONTROL_BODY,
+    TOKEN_ID,
+    ControlOp,
+    Record,
+    RecordKind,
+    SampleFormat,
+    Stamp,
+)
+from pipeline.models import asset_path
+from pipeline.worker import Events
+from tts.chunker import Chunker
+from tts.config import TTSConfig
+from tts.voice import Voice
+
+# Reply audio goes out in records of at most this many samples (~93 ms at 22.05 kHz),
+# so a sink can start playing, and drop on barge-in, at a fine grain.
+RECORD_SAMPLES = 2048
+
+
+@dataclass(slots=True)
+class _Job:
+    session_id: int
+    turn_id: int
+    fragment: str | None  # None: an END_OF_INPUT marker to pass on in order
+    final: bool
+    origin_ns: int
+
+
+class TTSHandler:
+    def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
+        settings = dict(config)
+        settings.setdefault("voice_dir", str(asset_path(str(settings.pop("voice", "joe")))))
+        self.config = TTSConfig(**settings)
+        self.voice = Voice(self.config)
+        self.out = out
+        self.events = events
+        self.chunkers: dict[tuple[int, int], Chunker] = {}
+        self.jobs: deque[_Job] = deque()
+        self.started: set[tuple[int, int]] = set()
+        self._format = AUDIO_FORMAT.pack(self.voice.sample_rate, 1, SampleFormat.PCM16)
+        self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
+            RecordKind.TOKEN: self._on_token,
+            RecordKind.REPLY_END: self._on_reply_end,
+            RecordKind.END_OF_INPUT: self._on_end_of_input,
+            RecordKind.CONTROL: self._on_control,
+        }
+
+    def handle(self, record: Record) -> None:
+        handler = self._dispatch.get(record.kind)
+        if handler is not None:
+            handler(record)
+
+    def _chunker(self, key: tuple[int, int]) -> Chunker:
+        if key not in self.chunkers:
+            self.chunkers[key] = Chunker(self.config)
+        return self.chunkers[key]
+
+    def _on_token(self, record: Record) -> None:
+        key = (record.session_id, record.turn_id)
+        delta = record.payload[TOKEN_ID.size :].decode("utf-8", errors="replace")
+        for fragment in self._chunker(key).push(delta):
+            self.jobs.append(_Job(*key, fragment, False, record.origin_ns))
+
+    def _on_reply_end(self, record: Record) -> None:
+        key = (record.session_id, record.turn_id)
+        chunker = self.chunkers.pop(key, None)
+        tail = chunker.flush() if chunker else []
+        for index, fragment in enumerate(tail or [""]):
+            self.jobs.append(_Job(*key, fragment, index == len(tail or [""]) - 1, record.origin_ns))
+
+    def _on_end_of_input(self, record: Record) -> None:
+        self.jobs.append(_Job(record.session_id, record.turn_id, None, False, 0))
+
+    def _on_control(self, record: Record) -> None:
+        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        if op in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
+            # Drop every fragment of this session's older turns (barge-in, hang-up).
+            limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
+            self.jobs = deque(
+                j for j in self.jobs if j.session_id != record.session_id or j.turn_id >= limit
+            )
+            for key in [k for k in self.chunkers if k[0] == record.session_id and k[1] < limit]:
+                del self.chunkers[key]
+
+    def step(self) -> bool:
+        if not self.jobs:
+            return False
+        job = self.jobs.popleft()
+        key = (job.session_id, job.turn_id)
+        if job.fragment is None:
+            self.out.send(RecordKind.END_OF_INPUT, session_id=job.session_id, timeout_s=5.0)
+            return bool(self.jobs)
+        for chunk in self.voice.synthesize(job.fragment, final=job.final):
+            pcm = chunk.pcm.tobytes()
+            for start in range(0, len(pcm), RECORD_SAMPLES * 2):
+                if key not in self.started:
+                    self.started.add(key)
+                    self.events.stamp(job.session_id, job.turn_id, Stamp.TTS_FIRST_AUDIO)
+                self.out.send(
+                    RecordKind.AUDIO_OUT,
+                    self._format,
+                    pcm[start : start + RECORD_SAMPLES * 2],
+                    session_id=job.session_id,
+                    turn_id=job.turn_id,
+                    origin_ns=job.origin_ns,
+                    timeout_s=5.0,
+                )
+        if job.final:
+            self.started.discard(key)
+            self.out.send(
+                RecordKind.AUDIO_END,
+                session_id=job.session_id,
+                turn_id=job.turn_id,
+                origin_ns=job.origin_ns,
+                timeout_s=5.0,
+            )
+            self.events.stamp(
+                job.session_id, job.turn_id, Stamp.TTS_DONE, at_ns=time.perf_counter_ns()
+            )
+        return bool(self.jobs)
