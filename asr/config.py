@@ -1,0 +1,79 @@
+"""ASR stage configuration: one frozen dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODELS = ("tiny.en", "base")
+COMPUTE_TYPES = ("int8", "int8_float32", "float32")
+# Whisper's encoder sees at most 30 s; the decoded audio is the utterance plus both pads.
+WHISPER_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ASRConfig:
+    """Settings for one ASR stage; durations are rounded up to whole 32 ms VAD windows."""
+
+    model: str = "tiny.en"
+    compute_type: str = "int8"
+    cpu_threads: int = 2
+    beam_size: int = 1
+    vad_threshold: float = 0.5
+    min_speech_ms: int = 96
+    speculative_silence_ms: int = 150
+    end_silence_ms: int = 300
+    # 0 disables partial transcripts (offline transcription does not need them).
+    partial_interval_ms: int = 600
+    max_utterance_s: float = 20.0
+    # Audio kept before the detected speech start and after its end, so soft onsets and
+    # trailing consonants that the VAD misses still reach Whisper.
+    speech_pad_ms: int = 300
+    # Encoder input is the audio padded with silence to at least this long, not to the full
+    # 30 s window: ~2.3x faster encoder at equal WER on our clips (docs/asr.md). A decode
+    # that looks like a repetition loop is redone with the full window. 30 = always full.
+    encoder_context_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"ASRConfig.model must be one of {MODELS}, got {self.model!r}")
+        if self.compute_type not in COMPUTE_TYPES:
+            raise ValueError(
+                f"ASRConfig.compute_type must be one of {COMPUTE_TYPES}, got {self.compute_type!r}"
+            )
+        if self.cpu_threads < 1:
+            raise ValueError(f"ASRConfig.cpu_threads must be >= 1, got {self.cpu_threads}")
+        if not 1 <= self.beam_size <= 10:
+            raise ValueError(f"ASRConfig.beam_size must be in 1..10, got {self.beam_size}")
+        if not 0.05 < self.vad_threshold < 0.95:
+            raise ValueError(
+                f"ASRConfig.vad_threshold must be in (0.05, 0.95), got {self.vad_threshold}"
+            )
+        for name in ("min_speech_ms", "speculative_silence_ms", "end_silence_ms", "speech_pad_ms"):
+            value = getattr(self, name)
+            if not 0 <= value <= 5000:
+                raise ValueError(f"ASRConfig.{name} must be in 0..5000 ms, got {value}")
+        if self.end_silence_ms < 32:
+            raise ValueError(
+                "ASRConfig.end_silence_ms must be >= 32 (one VAD window), "
+                f"got {self.end_silence_ms}"
+            )
+        if self.speculative_silence_ms > self.end_silence_ms:
+            raise ValueError(
+                "ASRConfig.speculative_silence_ms must not exceed end_silence_ms "
+                f"({self.speculative_silence_ms} > {self.end_silence_ms})"
+            )
+        if self.partial_interval_ms != 0 and not 100 <= self.partial_interval_ms <= 10_000:
+            raise ValueError(
+                "ASRConfig.partial_interval_ms must be 0 (off) or in 100..10000, "
+                f"got {self.partial_interval_ms}"
+            )
+        longest = WHISPER_WINDOW_S - 2 * self.speech_pad_ms / 1000
+        if not 1.0 <= self.max_utterance_s <= longest:
+            raise ValueError(
+                f"ASRConfig.max_utterance_s must be in 1..{longest:g} s (Whisper's 30 s window "
+                f"minus both speech pads), got {self.max_utterance_s}"
+            )
+        if not 1.0 <= self.encoder_context_s <= WHISPER_WINDOW_S:
+            raise ValueError(
+                f"ASRConfig.encoder_context_s must be in 1..30 s, got {self.encoder_context_s}"
+            )

@@ -1,0 +1,102 @@
+"""One Whisper decode of an utterance: log-mel -> CTranslate2 encoder -> greedy/beam decode.
+
+We call CTranslate2 directly instead of `WhisperModel.transcribe` because transcribe always
+encodes a full 30 s window (3000 mel frames), which is ~75% of the decode time for a short
+utterance. CTranslate2 accepts fewer frames; the encoder cost is then roughly linear in
+them. Whisper was only trained on 30 s windows, though: with too little trailing silence
+it stops seeing an end and loops ("ten of clubs ten of clubs ..."), so we keep at least
+`encoder_context_s` of context and redo a loop-looking decode with the full window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from dataclasses import dataclass
+
+import ctranslate2
+import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.tokenizer import Tokenizer
+
+from asr.config import ASRConfig
+
+SAMPLE_RATE = 16_000
+HOP_SAMPLES = 160  # one mel frame per 10 ms
+FULL_FRAMES = 3000  # Whisper's 30 s window
+# Silence after the speech so the model sees the utterance end (see module docstring).
+TRAILING_CONTEXT_FRAMES = 1000
+# faster-whisper's defaults for "this decode is a loop" and "this was not speech".
+COMPRESSION_RATIO_LOOP = 2.4
+NO_SPEECH_PROB = 0.6
+LOG_PROB_FLOOR = -1.0
+# Token budget: fast speech is ~4 tokens/s; a decode hitting this budget is a loop.
+TOKENS_PER_S = 10
+MIN_TOKENS = 24
+MAX_TOKENS = 440  # Whisper's text context is 448 including the prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    text: str
+    decode_ms: float
+    encoder_frames: int
+    retried_full: bool  # the shortened context looped and the full window was used
+
+
+def _compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+class WhisperDecoder:
+    """Stateless per call; one per stream is cheap (the model is shared)."""
+
+    def __init__(self, model: WhisperModel, config: ASRConfig) -> None:
+        self._model = model
+        self._beam_size = config.beam_size
+        self._min_frames = int(config.encoder_context_s * SAMPLE_RATE / HOP_SAMPLES)
+        self._tokenizer = Tokenizer(
+            model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
+        )
+        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+
+    def decode(self, audio: np.ndarray) -> Transcript:
+        """Transcribe one utterance (16 kHz mono float32, at most 30 s)."""
+        assert audio.ndim == 1 and audio.size <= FULL_FRAMES * HOP_SAMPLES, audio.shape
+        started = time.perf_counter()
+        audio_frames = math.ceil(audio.size / HOP_SAMPLES)
+        frames = min(FULL_FRAMES, max(self._min_frames, audio_frames + TRAILING_CONTEXT_FRAMES))
+        max_tokens = min(MAX_TOKENS, MIN_TOKENS + int(TOKENS_PER_S * audio.size / SAMPLE_RATE))
+        text, hit_budget = self._run(audio, frames, max_tokens)
+        retried = False
+        looped = hit_budget or _compression_ratio(text) > COMPRESSION_RATIO_LOOP
+        if frames < FULL_FRAMES and looped:
+            text, _ = self._run(audio, FULL_FRAMES, max_tokens)
+            frames, retried = FULL_FRAMES, True
+        decode_ms = (time.perf_counter() - started) * 1000
+        return Transcript(text.strip(), decode_ms, frames, retried)
+
+    def _run(self, audio: np.ndarray, frames: int, max_tokens: int) -> tuple[str, bool]:
+        padded = np.zeros(frames * HOP_SAMPLES, np.float32)
+        padded[: audio.size] = audio
+        # (80, frames): log-mel over the audio and its silence padding, as Whisper was trained.
+        mel = self._model.feature_extractor(padded, padding=0)[:, :frames]
+        features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+        encoded = self._model.model.encode(features, to_cpu=False)
+        result = self._model.model.generate(
+            encoded,
+            [self._prompt],
+            beam_size=self._beam_size,
+            max_length=max_tokens,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+        )[0]
+        tokens = result.sequences_ids[0]
+        # faster-whisper's silence rule: likely no speech and not confidently decoded.
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_FLOOR:
+            return "", False
+        return self._tokenizer.decode(tokens), len(tokens) + len(self._prompt) >= max_tokens

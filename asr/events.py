@@ -1,0 +1,51 @@
+"""Events an ASRStream emits. All timestamps are `time.perf_counter_ns()` values.
+
+Per utterance the order is: SpeechStart, then any of Partial / SpeculativeEnd / Resume,
+then exactly one of Final (words were heard) or Discard (the VAD fired but Whisper heard
+no words: noise, a cough). A SpeculativeEnd is always followed by Resume or by the Final.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStart:
+    utterance_id: int
+    start_ns: int  # arrival time of the first voiced sample
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    utterance_id: int
+    stable: str  # words two consecutive decodes agreed on; only ever grows
+    unstable: str  # rest of the latest decode; may change
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeEnd:
+    utterance_id: int
+    text: str
+    speech_end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    utterance_id: int  # speech came back after a SpeculativeEnd: drop speculative work
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    utterance_id: int
+    text: str
+    speech_end_ns: int  # arrival time of the last voiced sample
+    decode_ms: float  # Whisper time of the decode whose text this is (it may have been reused)
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    utterance_id: int  # utterance closed without words; no Final follows
+
+
+ASREvent = SpeechStart | Partial | SpeculativeEnd | Resume | Final | Discard

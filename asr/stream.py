@@ -1,0 +1,248 @@
+"""ASRStream: one session's audio in, ASR events out.
+
+Every frame goes through the streaming resampler and Silero VAD; the endpointer turns VAD
+scores into utterance boundaries; Whisper re-decodes the growing utterance for partials
+and decodes it once more as soon as trailing silence begins, so that by the time the
+silence is long enough to end the turn the transcript is usually already there.
+
+Decodes run inline: `feed` returns after at most a couple of decodes (~0.2-0.7 s for
+tiny.en on 2 threads), so the caller should read its input without dropping frames
+while it waits. Timestamps stay right regardless, since they come from `arrival_ns`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.vad import SileroVADModel
+
+from asr.agreement import LocalAgreement
+from asr.audio import AudioConverter, AudioInput
+from asr.config import ASRConfig
+from asr.decoder import Transcript, WhisperDecoder
+from asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
+from asr.events import (
+    ASREvent,
+    Discard,
+    Final,
+    Partial,
+    Resume,
+    SpeculativeEnd,
+    SpeechStart,
+)
+from asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
+from asr.vad import WINDOW_SAMPLES, StreamingVAD, load_vad_model
+
+WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
+# Audio kept while nobody speaks: the pre-speech pad plus the VAD's onset delay.
+SILENCE_HISTORY_SAMPLES = SAMPLE_RATE
+# Partials need some words to say anything; decoding the first syllable is wasted work.
+MIN_PARTIAL_SAMPLES = SAMPLE_RATE // 2
+
+
+def load_asr(config: ASRConfig) -> tuple[WhisperModel, SileroVADModel]:
+    """Load the Whisper model and the Silero VAD once; share them across ASRStreams."""
+    from pipeline.models import asset_path
+
+    model = WhisperModel(
+        str(asset_path(config.model)),
+        device="cpu",
+        compute_type=config.compute_type,
+        cpu_threads=config.cpu_threads,
+    )
+    return model, load_vad_model()
+
+
+@dataclass(slots=True)
+class _Decoded:
+    transcript: Transcript
+    covers_until: int  # the decode saw the utterance's audio up to this sample
+
+
+@dataclass(slots=True)
+class _Utterance:
+    utterance_id: int
+    audio_start: int  # first sample handed to Whisper (speech start minus the pad)
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    last: _Decoded | None = None
+    speculated: bool = False  # a SpeculativeEnd is out and not yet resolved
+
+
+class ASRStream:
+    """Streaming ASR for one session. Not thread-safe; one per audio source."""
+
+    def __init__(self, config: ASRConfig, model: WhisperModel, vad_model: SileroVADModel) -> None:
+        self.config = config
+        self._decoder = WhisperDecoder(model, config)
+        self._vad = StreamingVAD(vad_model)
+        self._endpointer = Endpointer(config)
+        self._clock = ArrivalClock()
+        self._pad = config.speech_pad_ms * SAMPLE_RATE // 1000
+        self._partial_every = config.partial_interval_ms * SAMPLE_RATE // 1000
+        longest = int(config.max_utterance_s * SAMPLE_RATE) + 2 * self._pad
+        self._audio = SampleBuffer(longest + 4 * SAMPLE_RATE)
+        self._converter: AudioConverter | None = None
+        self._utterance: _Utterance | None = None
+        self._next_id = 0
+        self._last_decode_at = 0
+        self._last_decode_ms = 0.0
+        self._flushed = False
+        self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
+            EndpointKind.START: self._on_start,
+            EndpointKind.PAUSE: self._on_pause,
+            EndpointKind.SPECULATIVE_END: self._on_speculative_end,
+            EndpointKind.RESUME: self._on_resume,
+            EndpointKind.END: self._on_end,
+        }
+
+    def feed(
+        self, audio: AudioInput, sample_rate: int, channels: int, arrival_ns: int
+    ) -> list[ASREvent]:
+        """Add one frame that arrived at `arrival_ns` (perf_counter_ns); return new events.
+
+        `audio` is PCM16 bytes or an int16/float array, interleaved if stereo. The format
+        must stay the same for the life of the stream.
+        """
+        if self._flushed:
+            raise ValueError("feed() after flush(): start a new ASRStream for new input")
+        if self._converter is None:
+            self._converter = AudioConverter(sample_rate, channels)
+        elif (sample_rate, channels) != (self._converter.sample_rate, self._converter.channels):
+            raise ValueError(
+                f"audio format changed mid-stream from {self._converter.sample_rate} Hz x "
+                f"{self._converter.channels} to {sample_rate} Hz x {channels}; "
+                "start a new ASRStream for the new format"
+            )
+        before = self._converter.input_frames
+        samples = self._converter.convert(audio)
+        self._clock.record(self._converter.input_frames - before, sample_rate, arrival_ns)
+        return self._process(samples)
+
+    def flush(self, arrival_ns: int) -> list[ASREvent]:
+        """End of input: finalize any open utterance. The stream accepts no more audio."""
+        if self._flushed:
+            return []
+        self._flushed = True
+        events: list[ASREvent] = []
+        if self._converter is not None:
+            events += self._process(self._converter.flush())
+        # The flush arrived now; audio the clock has not seen yet is stamped with it.
+        self._clock.record(0, SAMPLE_RATE, arrival_ns)
+        now = self._vad.windows_done * WINDOW_SAMPLES
+        for prob in self._vad.pad_and_finish():
+            now += WINDOW_SAMPLES
+            events += self._on_window(prob, now)
+        for endpoint_event in self._endpointer.finish(self._audio.end):
+            events += self._handlers[endpoint_event.kind](endpoint_event, self._audio.end)
+        return events
+
+    def _process(self, samples: np.ndarray) -> list[ASREvent]:
+        self._audio.append(samples)
+        probs = self._vad.push(samples)
+        now = (self._vad.windows_done - len(probs)) * WINDOW_SAMPLES
+        events: list[ASREvent] = []
+        for prob in probs:
+            now += WINDOW_SAMPLES
+            events += self._on_window(prob, now)
+        keep_from = (
+            now - SILENCE_HISTORY_SAMPLES - self._pad
+            if self._utterance is None
+            else self._utterance.audio_start
+        )
+        self._audio.keep_from(keep_from)
+        self._clock.forget_before(keep_from)
+        return events
+
+    def _on_window(self, prob: float, now: int) -> list[ASREvent]:
+        """One VAD window ending at sample `now`: boundary events, then maybe a partial."""
+        events: list[ASREvent] = []
+        for endpoint_event in self._endpointer.push(prob):
+            events += self._handlers[endpoint_event.kind](endpoint_event, now)
+        utterance = self._utterance
+        if (
+            utterance is not None
+            and self._partial_every
+            and self._endpointer.phase is Phase.SPEECH
+            and now - self._last_decode_at >= self._partial_gap()
+            and now - utterance.audio_start >= MIN_PARTIAL_SAMPLES
+        ):
+            events += self._partial(utterance, self._decode(utterance, now))
+        return events
+
+    def _partial_gap(self) -> int:
+        # At least twice the last decode time apart: decodes then use at most half of the
+        # CPU, and the stream keeps up with real time on a slow or shared machine.
+        return max(self._partial_every, int(2 * self._last_decode_ms * SAMPLE_RATE / 1000))
+
+    def _on_start(self, event: EndpointEvent, now: int) -> list[ASREvent]:
+        # After a forced cut the audio before the cut belongs to the previous utterance.
+        audio_start = event.sample if event.forced else max(event.sample - self._pad, 0)
+        utterance = _Utterance(self._next_id, audio_start)
+        self._next_id += 1
+        self._utterance = utterance
+        self._last_decode_at = now
+        return [SpeechStart(utterance.utterance_id, self._clock.arrival_ns(event.sample))]
+
+    def _on_pause(self, event: EndpointEvent, now: int) -> list[ASREvent]:
+        # Start the end-of-turn decode as soon as silence begins: if the silence lasts, the
+        # SpeculativeEnd and the Final reuse it instead of waiting for a decode.
+        utterance = self._current()
+        return self._partial(utterance, self._decode(utterance, now))
+
+    def _on_speculative_end(self, event: EndpointEvent, now: int) -> list[ASREvent]:
+        utterance = self._current()
+        transcript = self._transcript_through(utterance, event.sample, now)
+        if not transcript.text:
+            return []
+        utterance.speculated = True
+        speech_end_ns = self._clock.arrival_ns(event.sample)
+        return [SpeculativeEnd(utterance.utterance_id, transcript.text, speech_end_ns)]
+
+    def _on_resume(self, event: EndpointEvent, now: int) -> list[ASREvent]:
+        utterance = self._current()
+        if not utterance.speculated:
+            return []
+        utterance.speculated = False
+        return [Resume(utterance.utterance_id)]
+
+    def _on_end(self, event: EndpointEvent, now: int) -> list[ASREvent]:
+        utterance = self._current()
+        self._utterance = None
+        if event.forced:
+            # Cut inside speech: decode exactly up to the cut, the next utterance starts there.
+            transcript = self._decode(utterance, event.sample).transcript
+        else:
+            until = min(now, event.sample + self._pad)
+            transcript = self._transcript_through(utterance, event.sample, until)
+        if not transcript.text:
+            return [Discard(utterance.utterance_id)]
+        speech_end_ns = self._clock.arrival_ns(event.sample)
+        return [Final(utterance.utterance_id, transcript.text, speech_end_ns, transcript.decode_ms)]
+
+    def _transcript_through(self, utterance: _Utterance, speech_end: int, until: int) -> Transcript:
+        """A transcript that heard all speech up to `speech_end`, reusing the last decode."""
+        last = utterance.last
+        if last is not None and last.covers_until >= speech_end:
+            return last.transcript
+        return self._decode(utterance, until).transcript
+
+    def _decode(self, utterance: _Utterance, until: int) -> _Decoded:
+        start = max(utterance.audio_start, until - WHISPER_MAX_SAMPLES)
+        transcript = self._decoder.decode(self._audio.read(start, until))
+        utterance.last = _Decoded(transcript, until)
+        self._last_decode_ms = transcript.decode_ms
+        self._last_decode_at = until
+        return utterance.last
+
+    def _partial(self, utterance: _Utterance, decoded: _Decoded) -> list[ASREvent]:
+        if not utterance.agreement.update(decoded.transcript.text):
+            return []
+        agreement = utterance.agreement
+        return [Partial(utterance.utterance_id, agreement.stable_text, agreement.unstable_text)]
+
+    def _current(self) -> _Utterance:
+        assert self._utterance is not None, "endpointer reported a boundary outside an utterance"
+        return self._utterance

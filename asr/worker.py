@@ -1,0 +1,134 @@
+"""The ASR stage process: audio records in, transcript records out.
+
+One `ASRStream` per session shares one Whisper model and one VAD session. Each
+utterance becomes a turn: its id is the stream's utterance counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from asr.config import ASRConfig
+from asr.events import ASREvent, Discard, Final, Partial, Resume, SpeculativeEnd, SpeechStart
+from asr.stream import ASRStream, load_asr
+from ipc.channel import Sender
+from ipc.records import (
+    AUDIO_FORMAT,
+    CONTROL_BODY,
+    FINAL_INFO,
+    ControlOp,
+    Record,
+    RecordKind,
+    SampleFormat,
+    Stamp,
+    text_pair,
+)
+from pipeline.worker import Events
+
+
+class ASRHandler:
+    def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
+        self.config = ASRConfig(**config)
+        self.model, self.vad = load_asr(self.config)
+        self.out = out
+        self.events = events
+        self.streams: dict[int, ASRStream] = {}
+        self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
+            RecordKind.AUDIO_IN: self._on_audio,
+            RecordKind.END_OF_INPUT: self._on_end_of_input,
+            RecordKind.CONTROL: self._on_control,
+        }
+        self._emit: dict[type, Callable[[int, Any], None]] = {
+            SpeechStart: self._speech_start,
+            Partial: self._partial,
+            SpeculativeEnd: self._speculative_end,
+            Resume: self._resume,
+            Final: self._final,
+            Discard: lambda session_id, event: None,
+        }
+
+    def handle(self, record: Record) -> None:
+        handler = self._dispatch.get(record.kind)
+        if handler is not None:
+            handler(record)
+
+    def step(self) -> bool:
+        return False
+
+    def _stream(self, session_id: int) -> ASRStream:
+        if session_id not in self.streams:
+            self.streams[session_id] = ASRStream(self.config, self.model, self.vad)
+        return self.streams[session_id]
+
+    def _on_audio(self, record: Record) -> None:
+        rate, channels, sample_format = AUDIO_FORMAT.unpack_from(record.payload)
+        body = record.payload[AUDIO_FORMAT.size :]
+        samples: bytes | np.ndarray = (
+            np.frombuffer(body, dtype="<f4") if sample_format == SampleFormat.FLOAT32 else body
+        )
+        self._forward(
+            record.session_id,
+            self._stream(record.session_id).feed(
+                samples, rate, channels, arrival_ns=record.stamp_ns
+            ),
+        )
+
+    def _on_end_of_input(self, record: Record) -> None:
+        stream = self.streams.pop(record.session_id, None)
+        if stream is not None:
+            self._forward(record.session_id, stream.flush(record.stamp_ns))
+        # Travels behind this session's last records: when it leaves TTS, all is done.
+        self.out.send(RecordKind.END_OF_INPUT, session_id=record.session_id)
+
+    def _on_control(self, record: Record) -> None:
+        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        if op == ControlOp.SESSION_CLOSE:
+            self.streams.pop(record.session_id, None)
+
+    def _forward(self, session_id: int, events: list[ASREvent]) -> None:
+        for event in events:
+            self._emit[type(event)](session_id, event)
+
+    def _speech_start(self, session_id: int, event: SpeechStart) -> None:
+        turn = event.utterance_id
+        self.events.stamp(session_id, turn, Stamp.SPEECH_START, at_ns=event.start_ns)
+        self.out.send(
+            RecordKind.SPEECH_START, session_id=session_id, turn_id=turn, origin_ns=event.start_ns
+        )
+
+    def _partial(self, session_id: int, event: Partial) -> None:
+        self.out.send(
+            RecordKind.PARTIAL,
+            text_pair(event.stable, event.unstable),
+            session_id=session_id,
+            turn_id=event.utterance_id,
+        )
+
+    def _speculative_end(self, session_id: int, event: SpeculativeEnd) -> None:
+        self.out.send(
+            RecordKind.SPECULATIVE_END,
+            event.text.encode(),
+            session_id=session_id,
+            turn_id=event.utterance_id,
+            origin_ns=event.speech_end_ns,
+        )
+
+    def _resume(self, session_id: int, event: Resume) -> None:
+        self.out.send(RecordKind.RESUME, session_id=session_id, turn_id=event.utterance_id)
+
+    def _final(self, session_id: int, event: Final) -> None:
+        turn = event.utterance_id
+        self.events.stamp(session_id, turn, Stamp.SPEECH_END, at_ns=event.speech_end_ns)
+        self.out.send(
+            RecordKind.FINAL,
+            FINAL_INFO.pack(event.decode_ms),
+            event.text.encode(),
+            session_id=session_id,
+            turn_id=turn,
+            origin_ns=event.speech_end_ns,
+        )
+        self.events.stamp(session_id, turn, Stamp.ASR_FINAL, int(event.decode_ms * 1000))
+        self.events.stamp(session_id, turn, Stamp.TRANSCRIPT, text=event.text)

@@ -1,0 +1,27 @@
+"""Shared fixtures for the ASR tests: real models, loaded once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from faster_whisper import WhisperModel
+from faster_whisper.vad import SileroVADModel
+
+from asr.config import ASRConfig
+from asr.stream import load_asr
+
+
+@pytest.fixture(scope="session")
+def clips(clips_dir: Path) -> Path:
+    return clips_dir
+
+
+@pytest.fixture(scope="session")
+def models(clips_dir: Path) -> tuple[WhisperModel, SileroVADModel]:
+    from pipeline.models import ModelError
+
+    try:
+        return load_asr(ASRConfig())
+    except ModelError as error:
+        pytest.skip(f"tiny.en model missing: {error}")

@@ -1,0 +1,165 @@
+"""ASRStream end to end on real clips, fed as 20 ms frames with synthetic arrival times."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soxr
+
+from asr.config import ASRConfig
+from asr.events import Discard, Final, Partial, Resume, SpeculativeEnd, SpeechStart
+from asr.stream import ASRStream
+from tests.asr.clipdata import (
+    SAMPLE_RATE,
+    feed_frames,
+    read_clip,
+    sample_ns,
+    silence,
+    trim,
+    voiced_span,
+)
+
+# Partials off unless a test is about them: each decode costs CPU the tests share.
+QUIET = ASRConfig(partial_interval_ms=0)
+MS = 1_000_000
+
+
+def words(text: str) -> str:
+    return re.sub(r"[^\w\s]", "", text.lower()).strip()
+
+
+def of_type(events: list, kind: type) -> list:
+    return [e for _, e in events if isinstance(e, kind)]
+
+
+def test_clip_gives_start_then_final_with_accurate_speech_end(clips: Path, models) -> None:
+    audio = read_clip(clips / "goforward.raw")
+    stream = ASRStream(ASRConfig(), *models)
+    events = feed_frames(stream, np.concatenate([audio, silence(1.0)]))
+    kinds = [type(e) for _, e in events]
+    assert kinds[0] is SpeechStart and kinds.count(Final) == 1
+    assert kinds.index(SpeechStart) < kinds.index(Final)
+    final = of_type(events, Final)[0]
+    assert words(final.text) == "go forward 10 meters"
+    first, last = voiced_span(audio)
+    assert abs(final.speech_end_ns - sample_ns(last)) < 200 * MS
+    assert abs(of_type(events, SpeechStart)[0].start_ns - sample_ns(first)) < 300 * MS
+    # The Final is emitted once end_silence_ms of silence has arrived, not much later.
+    final_at = next(at for at, e in events if isinstance(e, Final))
+    assert 250 * MS <= final_at - final.speech_end_ns <= 450 * MS
+    assert final.decode_ms > 0
+
+
+def test_silence_gives_no_events(models) -> None:
+    events = feed_frames(ASRStream(QUIET, *models), silence(3.0))
+    assert events == []
+
+
+def test_noise_gives_no_final(models) -> None:
+    noise = np.random.default_rng(1).normal(0, 0.05, 3 * SAMPLE_RATE).astype(np.float32)
+    hum = 0.1 * np.sin(2 * np.pi * 50 * np.arange(3 * SAMPLE_RATE) / SAMPLE_RATE)
+    events = feed_frames(ASRStream(QUIET, *models), (noise + hum).astype(np.float32))
+    assert of_type(events, Final) == []
+    # If the VAD fired anyway, the utterance is closed by a Discard.
+    assert len(of_type(events, SpeechStart)) == len(of_type(events, Discard))
+
+
+def test_telephone_8khz_int16(clips: Path, models) -> None:
+    audio = soxr.resample(read_clip(clips / "goforward.raw"), SAMPLE_RATE, 8000)
+    pcm16 = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+    events = feed_frames(ASRStream(QUIET, *models), pcm16, sample_rate=8000)
+    assert [words(f.text) for f in of_type(events, Final)] == ["go forward 10 meters"]
+
+
+def test_stereo_48khz_float(clips: Path, models) -> None:
+    audio = soxr.resample(read_clip(clips / "cards" / "001.wav"), SAMPLE_RATE, 48_000)
+    stereo = np.repeat(audio.astype(np.float32), 2)  # interleaved L R L R
+    events = feed_frames(ASRStream(QUIET, *models), stereo, sample_rate=48_000, channels=2)
+    assert [words(f.text) for f in of_type(events, Final)] == ["10 of clubs"]
+
+
+def test_two_clips_with_long_silence_give_two_finals(clips: Path, models) -> None:
+    first = read_clip(clips / "cards" / "001.wav")
+    second = read_clip(clips / "goforward.raw")
+    events = feed_frames(
+        ASRStream(QUIET, *models), np.concatenate([first, silence(2.0), second, silence(0.5)])
+    )
+    finals = of_type(events, Final)
+    assert [words(f.text) for f in finals] == ["10 of clubs", "go forward 10 meters"]
+    assert [f.utterance_id for f in finals] == [0, 1]
+    assert [s.utterance_id for s in of_type(events, SpeechStart)] == [0, 1]
+
+
+def test_short_pause_gives_speculative_end_resume_and_one_final(clips: Path, models) -> None:
+    # Speculative end after 64 ms of silence, end after 800 ms; the pause is ~450 ms.
+    config = ASRConfig(partial_interval_ms=0, speculative_silence_ms=64, end_silence_ms=800)
+    first = trim(read_clip(clips / "cards" / "001.wav"))
+    second = trim(read_clip(clips / "cards" / "003.wav"))
+    audio = np.concatenate([first, silence(0.45), second, silence(1.2)])
+    events = feed_frames(ASRStream(config, *models), audio)
+    kinds = [type(e) for _, e in events if not isinstance(e, Partial)]
+    assert kinds == [SpeechStart, SpeculativeEnd, Resume, SpeculativeEnd, Final]
+    # Decoded ~32 ms into the pause, so the last word may be misheard ("close").
+    assert words(of_type(events, SpeculativeEnd)[0].text).startswith("10 of")
+    assert words(of_type(events, Final)[0].text) == "10 of clubs 7 of clubs"
+
+
+def test_flush_finalizes_speech_cut_off_mid_utterance(clips: Path, models) -> None:
+    audio = read_clip(clips / "goforward.raw")
+    _, last = voiced_span(audio)
+    events = feed_frames(ASRStream(QUIET, *models), audio[: last - 800])
+    finals = of_type(events, Final)
+    assert len(finals) == 1 and words(finals[0].text).startswith("go forward")
+
+
+def test_feed_errors(models) -> None:
+    stream = ASRStream(QUIET, *models)
+    stream.feed(np.zeros(320, np.float32), 16_000, 1, arrival_ns=1)
+    with pytest.raises(ValueError, match="format changed"):
+        stream.feed(np.zeros(160, np.float32), 8000, 1, arrival_ns=2)
+    stream.flush(arrival_ns=3)
+    with pytest.raises(ValueError, match="after flush"):
+        stream.feed(np.zeros(320, np.float32), 16_000, 1, arrival_ns=4)
+    with pytest.raises(ValueError, match="sample rate"):
+        ASRStream(QUIET, *models).feed(b"\x00\x00", 11_025, 1, arrival_ns=1)
+
+
+@pytest.mark.slow
+def test_partials_grow_a_stable_prefix(clips: Path, models) -> None:
+    audio = read_clip(clips / "librivox" / "0870.wav")
+    events = feed_frames(ASRStream(ASRConfig(partial_interval_ms=600), *models), audio)
+    partials = of_type(events, Partial)
+    assert len(partials) >= 3
+    stables = [p.stable for p in partials]
+    for before, after in zip(stables, stables[1:], strict=False):
+        assert after.startswith(before)
+    assert len(stables[-1].split()) >= 5
+    final = of_type(events, Final)[0]
+    assert "dashwood" in words(final.text)
+    assert [type(e) for _, e in events][-2:] == [SpeculativeEnd, Final]
+    assert of_type(events, SpeculativeEnd)[0].text == final.text
+
+
+@pytest.mark.slow
+def test_max_utterance_cut_loses_no_words(clips: Path, models) -> None:
+    import jiwer
+
+    # ~14 s of continuous reading (clips trimmed, joined with 100 ms gaps) cut at 5 s.
+    names = ["0880", "0890", "0930"]
+    reference = {
+        "0880": "he was not an ill disposed young man",
+        "0890": "unless to be rather cold hearted and rather selfish is to be ill disposed",
+        "0930": "he might even have been made amiable himself",
+    }
+    parts = [trim(read_clip(clips / "librivox" / f"{n}.wav")) for n in names]
+    audio = np.concatenate([np.concatenate([p, silence(0.1)]) for p in parts])
+    config = ASRConfig(partial_interval_ms=0, max_utterance_s=5.0, end_silence_ms=600)
+    events = feed_frames(ASRStream(config, *models), np.concatenate([audio, silence(1.0)]))
+    finals = of_type(events, Final)
+    assert len(finals) >= 3
+    hypothesis = words(" ".join(f.text for f in finals)).replace("-", " ")
+    truth = " ".join(reference[n] for n in names)
+    assert jiwer.wer(truth, hypothesis) <= 0.2, hypothesis
