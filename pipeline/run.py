@@ -70,7 +70,9 @@ class Pipeline:
     def _on_restart(self, stage: str, why: str) -> None:
         # Work in flight died with the stage: fail those turns and end the file sessions
         # (their END_OF_INPUT marker may have died too); the next input works again.
-        self.router.on_stage_restart(stage, why)
+        for session_id, turn_id in self.router.on_stage_restart(stage, why):
+            # Leftovers of the lost turn must not keep the stages busy.
+            self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id + 1)
         for sink in self._sinks.values():
             sink.done.set()
 

@@ -106,9 +106,11 @@ class Session:
             self.turns.pop(turn_id, None)
             self._finish(trace)
 
-    def fail_open_turns(self, message: str) -> None:
-        for turn_id in list(self.turns):
+    def fail_open_turns(self, message: str) -> list[int]:
+        failed = list(self.turns)
+        for turn_id in failed:
             self.fail(turn_id, message)
+        return failed
 
 
 class SessionRouter:
@@ -137,6 +139,10 @@ class SessionRouter:
             return
         session.deliver(record)
 
-    def on_stage_restart(self, stage: str, why: str) -> None:
+    def on_stage_restart(self, stage: str, why: str) -> list[tuple[int, int]]:
+        """Fail every open turn; returns the (session, turn) pairs that failed."""
+        failed: list[tuple[int, int]] = []
         for session in self.sessions.values():
-            session.fail_open_turns(f"{why}; the turn was lost, the next one will work")
+            message = f"{why}; the turn was lost, the next one will work"
+            failed += [(session.session_id, t) for t in session.fail_open_turns(message)]
+        return failed

@@ -79,6 +79,40 @@ class Handler(Protocol):
 HandlerFactory = Callable[[dict[str, object], Sender, Events], Handler]
 
 
+class TurnGate:
+    """Drops data records of closed sessions and of turns a NEW_TURN has superseded.
+
+    Every stage runs the same gate before its handler, so a record that was already in
+    a ring when the turn ended (barge-in, a failed turn, a hang-up) does no work anywhere.
+    Session ids are never reused, so remembering the closed ones is enough.
+    """
+
+    MAX_CLOSED = 65_536
+
+    def __init__(self) -> None:
+        self.min_turn: dict[int, int] = {}
+        self.closed: set[int] = set()
+
+    def control(self, record: Record) -> None:
+        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        if op == ControlOp.NEW_TURN:
+            current = self.min_turn.get(record.session_id, 0)
+            self.min_turn[record.session_id] = max(current, record.turn_id)
+        elif op == ControlOp.SESSION_CLOSE:
+            self.min_turn.pop(record.session_id, None)
+            if len(self.closed) >= self.MAX_CLOSED:
+                self.closed.clear()  # ids only grow: old ones never come back
+            self.closed.add(record.session_id)
+
+    def admits(self, record: Record) -> bool:
+        if record.session_id in self.closed:
+            return False
+        # Audio carries no turn id yet (ASR assigns turns); only later kinds are gated.
+        if record.kind in (RecordKind.AUDIO_IN, RecordKind.END_OF_INPUT):
+            return True
+        return record.turn_id >= self.min_turn.get(record.session_id, 0)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to SIGKILL us when the supervisor dies: no stray processes."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -100,6 +134,7 @@ def run_loop(
     poller.register(data_in.pollable(), zmq.POLLIN)
     parent_fd = os.pidfd_open(parent_pid)
     poller.register(parent_fd, zmq.POLLIN)
+    gate = TurnGate()
     busy = False
     while True:
         status.beat()
@@ -108,14 +143,18 @@ def run_loop(
         if parent_fd in ready:
             return
         while (record := control.recv()) is not None:
-            if record.kind == RecordKind.CONTROL and _is_shutdown(record):
-                return
+            if record.kind == RecordKind.CONTROL:
+                if _is_shutdown(record):
+                    return
+                gate.control(record)
             handler.handle(record)
         # Bounded batch so control is looked at again soon even under a flood of audio.
         for _ in range(64):
             record = data_in.recv()
             if record is None:
                 break
+            if not gate.admits(record):
+                continue
             try:
                 handler.handle(record)
             except ValueError as exc:  # bad input from a client: report, keep serving

@@ -1,0 +1,146 @@
+"""The LLM stage process: transcript records in, one TOKEN record per sampled token out.
+
+Each session keeps its dialogue (bounded: the oldest exchanges are dropped first when
+the prompt would not leave room for a full reply). A committed transcript (FINAL)
+becomes a request; every engine step's tokens go to TTS at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ipc.channel import Sender
+from ipc.records import CONTROL_BODY, FINAL_INFO, TOKEN_ID, ControlOp, Record, RecordKind, Stamp
+from llm.config import LLMConfig
+from llm.engine import LLMEngine
+from pipeline.models import asset_path
+from pipeline.worker import Events
+
+
+@dataclass(slots=True)
+class _Reply:
+    session_id: int
+    turn_id: int
+    origin_ns: int
+    user_text: str
+    parts: list[str] = field(default_factory=list)
+
+
+def llm_config(settings: dict[str, Any]) -> LLMConfig:
+    values = dict(settings)
+    default_model = asset_path(str(values.pop("model", "smollm2"))) / "model.gguf"
+    values["model_path"] = Path(values.get("model_path", default_model))
+    return LLMConfig(**values)
+
+
+class Dialogue:
+    """One session's conversation memory with a clear truncation rule."""
+
+    def __init__(self) -> None:
+        self.exchanges: list[tuple[str, str]] = []  # (user, assistant)
+
+    def messages(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = []
+        for user, assistant in self.exchanges:
+            out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        return out
+
+    def prompt_ids(self, engine: LLMEngine, config: LLMConfig, user_text: str) -> list[int]:
+        budget = config.max_context_tokens - config.max_new_tokens
+        while True:
+            ids = engine.tokenizer.dialogue_prompt_ids(
+                config.system_prompt, self.messages(), user_text
+            )
+            if len(ids) <= budget or not self.exchanges:
+                return ids[-budget:]
+            self.exchanges.pop(0)  # drop the oldest exchange first
+
+
+class LLMHandler:
+    def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
+        self.config = llm_config(config)
+        self.engine = LLMEngine(self.config)
+        self.out = out
+        self.events = events
+        self.dialogues: dict[int, Dialogue] = {}
+        self.replies: dict[int, _Reply] = {}
+        self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
+        self._request_ids = itertools.count(1)
+        self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
+            RecordKind.FINAL: self._on_final,
+            RecordKind.END_OF_INPUT: self._on_end_of_input,
+            RecordKind.CONTROL: self._on_control,
+        }
+
+    def handle(self, record: Record) -> None:
+        handler = self._dispatch.get(record.kind)
+        if handler is not None:
+            handler(record)
+
+    def _on_final(self, record: Record) -> None:
+        text = record.payload[FINAL_INFO.size :].decode("utf-8", errors="replace").strip()
+        if not text:
+            return
+        dialogue = self.dialogues.setdefault(record.session_id, Dialogue())
+        ids = dialogue.prompt_ids(self.engine, self.config, text)
+        request_id = next(self._request_ids)
+        self.replies[request_id] = _Reply(
+            record.session_id, record.turn_id, record.origin_ns, text
+        )
+        self.engine.add_request(request_id, ids)
+        self.events.stamp(record.session_id, record.turn_id, Stamp.LLM_PREFILL, len(ids))
+
+    def _on_end_of_input(self, record: Record) -> None:
+        if any(r.session_id == record.session_id for r in self.replies.values()):
+            self.pending_end.add(record.session_id)
+        else:
+            self.out.send(RecordKind.END_OF_INPUT, session_id=record.session_id)
+
+    def _on_control(self, record: Record) -> None:
+        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        if op not in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
+            return
+        limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
+        for request_id, reply in list(self.replies.items()):
+            if reply.session_id == record.session_id and reply.turn_id < limit:
+                self.engine.abort(request_id)
+                del self.replies[request_id]
+        if op == ControlOp.SESSION_CLOSE:
+            self.dialogues.pop(record.session_id, None)
+
+    def step(self) -> bool:
+        if not self.engine.has_pending_work():
+            return False
+        for output in self.engine.step():
+            reply = self.replies.get(output.request_id)
+            if reply is None:
+                continue
+            if not reply.parts:
+                self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_FIRST_TOKEN)
+            reply.parts.append(output.text)
+            self.out.send(
+                RecordKind.TOKEN, TOKEN_ID.pack(output.token_id), output.text.encode(),
+                session_id=reply.session_id, turn_id=reply.turn_id, origin_ns=reply.origin_ns,
+            )
+            if output.finished:
+                self._finish(output.request_id, reply, str(output.finish_reason))
+        return self.engine.has_pending_work()
+
+    def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
+        del self.replies[request_id]
+        text = "".join(reply.parts).strip()
+        self.out.send(RecordKind.REPLY_END, reason.encode(), session_id=reply.session_id,
+                      turn_id=reply.turn_id, origin_ns=reply.origin_ns)
+        self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
+        self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=text)
+        dialogue = self.dialogues.setdefault(reply.session_id, Dialogue())
+        dialogue.exchanges.append((reply.user_text, text))
+        if reply.session_id in self.pending_end and not any(
+            r.session_id == reply.session_id for r in self.replies.values()
+        ):
+            self.pending_end.discard(reply.session_id)
+            self.out.send(RecordKind.END_OF_INPUT, session_id=reply.session_id)

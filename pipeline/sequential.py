@@ -1,0 +1,97 @@
+"""`--mode sequential`: the same models, one after another, no streaming at all.
+
+Whole transcript after the endpoint (no partials, no speculation), then the whole
+reply, then the whole synthesis; the first sample leaves when all of it is done. This
+is the yardstick `make bench` measures the streaming pipeline against, so it runs in
+one process with nothing in between that streaming would not also pay.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from asr.config import ASRConfig
+from asr.events import Final
+from asr.stream import ASRStream, load_asr
+from ipc.records import Stamp
+from llm.engine import LLMEngine
+from llm.worker import Dialogue, llm_config
+from pipeline.audio_io import Clip
+from pipeline.models import asset_path
+from pipeline.run import FRAME_MS, ClipResult
+from pipeline.trace import TurnTrace
+from tts.config import TTSConfig
+from tts.voice import Voice
+
+
+class SequentialPipeline:
+    def __init__(self, asr: dict[str, Any] | None = None, llm: dict[str, Any] | None = None,
+                 tts: dict[str, Any] | None = None) -> None:
+        asr_settings = dict(asr or {})
+        end_silence = int(asr_settings.get("end_silence_ms", ASRConfig.end_silence_ms))
+        asr_settings.update(partial_interval_ms=0, speculative_silence_ms=end_silence)
+        self.asr_config = ASRConfig(**asr_settings)
+        self.whisper, self.vad = load_asr(self.asr_config)
+        self.llm_config = llm_config(llm or {})
+        self.engine = LLMEngine(self.llm_config)
+        tts_settings = {"voice_dir": asset_path("joe"), **(tts or {})}
+        self.voice = Voice(TTSConfig(**tts_settings))
+        self._request_ids = 0
+        self._sessions = 0
+
+    def run_clip(self, clip: Clip, realtime: bool = True,
+                 trailing_silence_s: float = 1.0) -> ClipResult:
+        self._sessions += 1
+        stream = ASRStream(self.asr_config, self.whisper, self.vad)
+        dialogue = Dialogue()
+        traces: list[TurnTrace] = []
+        audio: list[np.ndarray] = []
+        start = time.perf_counter()
+        for index, frame in enumerate(clip.with_silence(trailing_silence_s).frames(FRAME_MS)):
+            if realtime:
+                # Frames that arrived while we were busy are late, not lost: no sleep then.
+                delay = start + index * FRAME_MS / 1000 - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            events = stream.feed(frame, clip.sample_rate, clip.channels, time.perf_counter_ns())
+            for event in events:
+                if isinstance(event, Final):
+                    traces.append(self._turn(event, dialogue, audio))
+        for event in stream.flush(time.perf_counter_ns()):
+            if isinstance(event, Final):
+                traces.append(self._turn(event, dialogue, audio))
+        pcm = np.concatenate(audio) if audio else np.zeros(0, dtype=np.int16)
+        return ClipResult(traces, pcm.tobytes(), self.voice.sample_rate)
+
+    def _turn(self, final: Final, dialogue: Dialogue, audio: list[np.ndarray]) -> TurnTrace:
+        trace = TurnTrace(self._sessions, final.utterance_id, "file", "sequential")
+        trace.mark(Stamp.SPEECH_END, final.speech_end_ns)
+        trace.mark(Stamp.ASR_FINAL, time.perf_counter_ns())
+        trace.transcript = final.text
+        trace.asr_decode_ms = final.decode_ms
+        ids = dialogue.prompt_ids(self.engine, self.llm_config, final.text)
+        trace.prefill_tokens = len(ids)
+        self._request_ids += 1
+        self.engine.add_request(self._request_ids, ids)
+        parts: list[str] = []
+        while self.engine.has_unfinished():
+            for output in self.engine.step():
+                if not parts:
+                    trace.mark(Stamp.LLM_FIRST_TOKEN, time.perf_counter_ns())
+                parts.append(output.text)
+        trace.mark(Stamp.LLM_DONE, time.perf_counter_ns())
+        trace.reply_text = "".join(parts).strip()
+        dialogue.exchanges.append((final.text, trace.reply_text))
+        chunks = [c.pcm for c in self.voice.synthesize(trace.reply_text, final=True)]
+        reply = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+        done = time.perf_counter_ns()
+        trace.mark(Stamp.TTS_FIRST_AUDIO, done)
+        trace.mark(Stamp.TTS_DONE, done)
+        trace.first_audio_out_ns = done
+        trace.audio_out_samples = len(reply)
+        trace.audio_out_rate = self.voice.sample_rate
+        audio.append(reply)
+        return trace
