@@ -88,9 +88,7 @@ class LLMHandler:
         dialogue = self.dialogues.setdefault(record.session_id, Dialogue())
         ids = dialogue.prompt_ids(self.engine, self.config, text)
         request_id = next(self._request_ids)
-        self.replies[request_id] = _Reply(
-            record.session_id, record.turn_id, record.origin_ns, text
-        )
+        self.replies[request_id] = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
         self.engine.add_request(request_id, ids)
         self.events.stamp(record.session_id, record.turn_id, Stamp.LLM_PREFILL, len(ids))
 
@@ -123,8 +121,12 @@ class LLMHandler:
                 self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_FIRST_TOKEN)
             reply.parts.append(output.text)
             self.out.send(
-                RecordKind.TOKEN, TOKEN_ID.pack(output.token_id), output.text.encode(),
-                session_id=reply.session_id, turn_id=reply.turn_id, origin_ns=reply.origin_ns,
+                RecordKind.TOKEN,
+                TOKEN_ID.pack(output.token_id),
+                output.text.encode(),
+                session_id=reply.session_id,
+                turn_id=reply.turn_id,
+                origin_ns=reply.origin_ns,
             )
             if output.finished:
                 self._finish(output.request_id, reply, str(output.finish_reason))
@@ -133,8 +135,13 @@ class LLMHandler:
     def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
         del self.replies[request_id]
         text = "".join(reply.parts).strip()
-        self.out.send(RecordKind.REPLY_END, reason.encode(), session_id=reply.session_id,
-                      turn_id=reply.turn_id, origin_ns=reply.origin_ns)
+        self.out.send(
+            RecordKind.REPLY_END,
+            reason.encode(),
+            session_id=reply.session_id,
+            turn_id=reply.turn_id,
+            origin_ns=reply.origin_ns,
+        )
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=text)
         dialogue = self.dialogues.setdefault(reply.session_id, Dialogue())

@@ -6,8 +6,13 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
+
+# Before any OpenMP runtime loads (see pipeline.supervisor.stage_environment): the
+# sequential mode runs Whisper, the LLM and Piper in this very process.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pipeline.models import ModelError
 

@@ -31,7 +31,7 @@ class SequentialPipeline:
     def __init__(self, asr: dict[str, Any] | None = None, llm: dict[str, Any] | None = None,
                  tts: dict[str, Any] | None = None) -> None:
         asr_settings = dict(asr or {})
-        end_silence = int(asr_settings.get("end_silence_ms", ASRConfig.end_silence_ms))
+        end_silence = int(asr_settings.get("end_silence_ms", ASRConfig().end_silence_ms))
         asr_settings.update(partial_interval_ms=0, speculative_silence_ms=end_silence)
         self.asr_config = ASRConfig(**asr_settings)
         self.whisper, self.vad = load_asr(self.asr_config)
