@@ -24,7 +24,7 @@ class PipelineConfig:
     token_ring_bytes: int = 1 << 20
     control_ring_bytes: int = 1 << 16
     start_timeout_s: float = 120.0
-    heartbeat_timeout_s: float = 3.0
+    heartbeat_timeout_s: float = 1.5
     max_restarts: int = 5
     asr: dict[str, Any] = field(default_factory=dict)
     llm: dict[str, Any] = field(default_factory=dict)

@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -31,6 +32,31 @@ from pipeline.status import StageStatus
 
 IDLE_POLL_MS = 100
 PR_SET_PDEATHSIG = 1
+BEAT_INTERVAL_S = 0.1
+# One loop iteration (a Whisper decode, a prefill, a synthesis) never legitimately takes
+# this long; a loop that has not come round in this time is stuck.
+STALL_LIMIT_NS = 30_000_000_000
+
+
+class Heartbeat(threading.Thread):
+    """Beats the status block from its own thread while the main loop makes progress.
+
+    A thread, because a single decode may hold the loop for most of a second on 2 cores,
+    and the supervisor should still tell a stopped process (SIGSTOP, a frozen host: no
+    thread runs) from a busy one within about a second. A loop that stops coming round
+    for STALL_LIMIT_NS silences the beat too.
+    """
+
+    def __init__(self, status: StageStatus) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.status = status
+        self.progress_ns = time.perf_counter_ns()
+
+    def run(self) -> None:
+        while True:
+            if time.perf_counter_ns() - self.progress_ns < STALL_LIMIT_NS:
+                self.status.beat()
+            time.sleep(BEAT_INTERVAL_S)
 
 
 class Events:
@@ -135,9 +161,11 @@ def run_loop(
     parent_fd = os.pidfd_open(parent_pid)
     poller.register(parent_fd, zmq.POLLIN)
     gate = TurnGate()
+    heartbeat = Heartbeat(status)
+    heartbeat.start()
     busy = False
     while True:
-        status.beat()
+        heartbeat.progress_ns = time.perf_counter_ns()
         timeout_ms = 0 if busy else IDLE_POLL_MS
         ready = dict(poller.poll(timeout_ms))
         if parent_fd in ready:

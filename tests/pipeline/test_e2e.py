@@ -93,3 +93,31 @@ def test_tts_killed_mid_turn_fails_that_turn_and_the_next_works(clips_dir):
     assert failed.errors and "tts stage process exited" in failed.errors[0]
     assert failed.traces and failed.traces[0].error
     _check_turn(second, EXPECTED)
+
+
+def test_stopped_stage_is_noticed_by_heartbeat_and_replaced(clips_dir):
+    """SIGSTOP: alive (the pidfd stays quiet) but stuck; the heartbeat catches it."""
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+
+    async def scenario():
+        config = PipelineConfig(heartbeat_timeout_s=1.0)
+        async with Pipeline(config) as pipeline:
+            supervisor = pipeline.supervisor
+            victim = supervisor.stage_pid("llm")
+            os.kill(victim, signal.SIGSTOP)
+            loop = asyncio.get_running_loop()
+            stopped_at = loop.time()
+            while supervisor.restarts("llm") == 0:
+                assert loop.time() - stopped_at < 5, "the stuck stage was not noticed"
+                await asyncio.sleep(0.05)
+            noticed_s = loop.time() - stopped_at
+            while not supervisor.is_ready("llm"):
+                await asyncio.sleep(0.05)
+            result = await pipeline.run_clip(clip)
+        return victim, noticed_s, result
+
+    victim, noticed_s, result = asyncio.run(scenario())
+    assert 0.9 < noticed_s < 1.8
+    with pytest.raises(ProcessLookupError):
+        os.kill(victim, 0)
+    _check_turn(result, EXPECTED)
