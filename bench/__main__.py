@@ -3,8 +3,8 @@ numbers) and the README's numbers table is regenerated from that file."""
 
 from __future__ import annotations
 
-import os
 import json
+import os
 import platform
 import time
 from pathlib import Path

@@ -107,7 +107,9 @@ class RingReceiver:
 class ZmqSender:
     """PUSH socket; drops (block=False) or waits (block=True) like the ring does."""
 
-    def __init__(self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+    def __init__(
+        self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None
+    ) -> None:
         self._socket = (context or zmq.Context.instance()).socket(zmq.PUSH)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, 10_000)
@@ -147,7 +149,9 @@ class ZmqSender:
 
 
 class ZmqReceiver:
-    def __init__(self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+    def __init__(
+        self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None
+    ) -> None:
         self._socket = (context or zmq.Context.instance()).socket(zmq.PULL)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(endpoint)

@@ -21,6 +21,7 @@ The peer's pidfd sits in every poll set: a dead peer is seen within milliseconds
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import select
@@ -124,10 +125,9 @@ class _End:
 
     def close(self) -> None:
         self._data.release()
-        try:
+        # A caller may still hold a RecordView; then the GC unmaps later.
+        with contextlib.suppress(BufferError):
             self._map.close()
-        except BufferError:  # a caller still holds a RecordView; the GC unmaps later
-            pass
         if self._peer_fd is not None:
             os.close(self._peer_fd)
             self._peer_fd = None

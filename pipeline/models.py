@@ -151,7 +151,7 @@ class _Archive:
 
     def __init__(self, path: Path) -> None:
         self._zip = zipfile.ZipFile(path) if path.suffix == ".whl" else None
-        self._tar = tarfile.open(path, "r:gz") if self._zip is None else None
+        self._tar = tarfile.open(path, "r:gz") if self._zip is None else None  # noqa: SIM115
 
     def size(self, name: str) -> int:
         if self._zip is not None:

@@ -28,8 +28,12 @@ from tts.voice import Voice
 
 
 class SequentialPipeline:
-    def __init__(self, asr: dict[str, Any] | None = None, llm: dict[str, Any] | None = None,
-                 tts: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        asr: dict[str, Any] | None = None,
+        llm: dict[str, Any] | None = None,
+        tts: dict[str, Any] | None = None,
+    ) -> None:
         asr_settings = dict(asr or {})
         end_silence = int(asr_settings.get("end_silence_ms", ASRConfig().end_silence_ms))
         asr_settings.update(partial_interval_ms=0, speculative_silence_ms=end_silence)
@@ -42,8 +46,9 @@ class SequentialPipeline:
         self._request_ids = 0
         self._sessions = 0
 
-    def run_clip(self, clip: Clip, realtime: bool = True,
-                 trailing_silence_s: float = 1.0) -> ClipResult:
+    def run_clip(
+        self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0
+    ) -> ClipResult:
         self._sessions += 1
         stream = ASRStream(self.asr_config, self.whisper, self.vad)
         dialogue = Dialogue()

@@ -182,16 +182,17 @@ class Supervisor:
             await asyncio.sleep(min(0.25, self.config.heartbeat_timeout_s / 4))
             now = time.perf_counter_ns()
             for stage in self._stages.values():
-                beat = stage.status.heartbeat_ns if stage.status.ready_ns else stage.started_ns
-                if stage.status.ready_ns and now - beat > timeout_ns and stage.process:
-                    if stage.process.poll() is None:
-                        log.warning(
-                            "%s stage missed heartbeats for %.1f s; killing it",
-                            stage.name,
-                            (now - beat) / 1e9,
-                        )
-                        stage.process.kill()  # _on_exit restarts it
-                        stage.status.reset()
+                beat = stage.status.heartbeat_ns
+                alive = stage.process is not None and stage.process.poll() is None
+                if stage.status.ready_ns and now - beat > timeout_ns and alive:
+                    assert stage.process is not None
+                    log.warning(
+                        "%s stage missed heartbeats for %.1f s; killing it",
+                        stage.name,
+                        (now - beat) / 1e9,
+                    )
+                    stage.process.kill()  # _on_exit restarts it
+                    stage.status.reset()
 
     def stage_pid(self, name: str) -> int:
         process = self._stages[name].process

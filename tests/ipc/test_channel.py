@@ -14,8 +14,14 @@ def test_same_records_over_either_transport(transport):
     receiver = open_receiver(spec)
     sender = open_sender(spec)
     for i in range(50):
-        sender.send(RecordKind.TOKEN, i.to_bytes(4, "little"), b"word", session_id=3, turn_id=i,
-                    origin_ns=-i)
+        sender.send(
+            RecordKind.TOKEN,
+            i.to_bytes(4, "little"),
+            b"word",
+            session_id=3,
+            turn_id=i,
+            origin_ns=-i,
+        )
     received = []
     deadline = time.monotonic() + 5
     while len(received) < 50 and time.monotonic() < deadline:

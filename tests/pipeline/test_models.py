@@ -11,10 +11,18 @@ from pipeline import models
 
 
 def _fake_asset(sha256: str) -> models.Asset:
-    package = models.Package("fakevoxmodel==1.0", "fakevoxmodel-1.0-py3-none-any.whl", sha256,
-                             False)
-    return models.Asset("fake", "llm", False, "models/fake", "MIT", (package,),
-                        (models.Member("weights.bin", ("fakevoxmodel/a.bin", "fakevoxmodel/b.bin")),))
+    package = models.Package(
+        "fakevoxmodel==1.0", "fakevoxmodel-1.0-py3-none-any.whl", sha256, False
+    )
+    return models.Asset(
+        "fake",
+        "llm",
+        False,
+        "models/fake",
+        "MIT",
+        (package,),
+        (models.Member("weights.bin", ("fakevoxmodel/a.bin", "fakevoxmodel/b.bin")),),
+    )
 
 
 @pytest.fixture
@@ -26,8 +34,10 @@ def local_index(tmp_path, monkeypatch):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("fakevoxmodel/a.bin", b"first-part-")
         archive.writestr("fakevoxmodel/b.bin", b"second-part")
-        archive.writestr("fakevoxmodel-1.0.dist-info/METADATA",
-                         "Metadata-Version: 2.1\nName: fakevoxmodel\nVersion: 1.0\n")
+        archive.writestr(
+            "fakevoxmodel-1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: fakevoxmodel\nVersion: 1.0\n",
+        )
         archive.writestr("fakevoxmodel-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
         archive.writestr("fakevoxmodel-1.0.dist-info/RECORD", "")
     monkeypatch.setenv("VOXRELAY_HOME", str(tmp_path / "home"))
@@ -61,10 +71,19 @@ def test_unknown_and_missing_models_say_what_to_do(tmp_path, monkeypatch):
 
 
 def test_cli_without_a_registry_prints_one_sentence(tmp_path):
-    env = {**os.environ, "VOXRELAY_HOME": str(tmp_path), "PIP_NO_INDEX": "1",
-           "PIP_FIND_LINKS": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "models", "fetch", "joe"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    env = {
+        **os.environ,
+        "VOXRELAY_HOME": str(tmp_path),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "models", "fetch", "joe"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -73,10 +92,21 @@ def test_cli_without_a_registry_prints_one_sentence(tmp_path):
 
 def test_cli_lists_models_and_subcommands(tmp_path):
     env = {**os.environ, "VOXRELAY_HOME": str(tmp_path)}
-    listing = subprocess.run([sys.executable, "-m", "pipeline.cli", "models", "list"],
-                             capture_output=True, text=True, env=env, timeout=60, check=True)
+    listing = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "models", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
     assert "tiny.en" in listing.stdout and "missing" in listing.stdout
-    usage = subprocess.run([sys.executable, "-m", "pipeline.cli", "--help"],
-                           capture_output=True, text=True, timeout=60, check=True)
+    usage = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     for command in ("run", "models", "transcribe"):
         assert command in usage.stdout
