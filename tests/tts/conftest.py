@@ -18,7 +18,9 @@ def voice_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def config(voice_dir: Path) -> TTSConfig:
-    return TTSConfig(voice_dir=voice_dir)
+    # The chunker cases below are written for a 2 / 8 first-fragment rule; pinned here so
+    # they test the rule, not whatever the latency-tuned default is today.
+    return TTSConfig(voice_dir=voice_dir, first_fragment_min_words=2, first_fragment_max_words=8)
 
 
 @pytest.fixture(scope="session")

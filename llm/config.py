@@ -1,0 +1,74 @@
+"""Configuration of the LLM stage: one frozen dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful voice assistant. Answer in one or two short spoken sentences."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LLMConfig:
+    """Settings of the LLM engine; run-time facts (device, KV block count) live elsewhere.
+
+    `temperature == 0` means greedy decoding. `kv_cache_tokens` sizes the paged KV pool
+    shared by all requests (about 46 KB per token in float32 for SmolLM2-135M).
+    """
+
+    model_path: Path
+    device: str = "auto"
+    dtype: str = "auto"
+    num_threads: int | None = None
+    max_new_tokens: int = 60
+    temperature: float = 0.0
+    top_k: int = 0
+    seed: int = 0
+    max_context_tokens: int = 2048
+    max_num_seqs: int = 8
+    max_prefill_tokens: int = 512
+    kv_block_size: int = 16
+    kv_cache_tokens: int = 8192
+    enable_prefix_caching: bool = True
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_path, Path):
+            raise TypeError(f"model_path must be a pathlib.Path, got {type(self.model_path)}")
+        if self.model_path.suffix != ".gguf":
+            raise ValueError(f"model_path must point to a .gguf file, got {self.model_path}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = no top-k), got {self.top_k}")
+        if self.kv_block_size < 1 or self.kv_block_size & (self.kv_block_size - 1):
+            raise ValueError(f"kv_block_size must be a power of two, got {self.kv_block_size}")
+        if self.max_context_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"max_context_tokens ({self.max_context_tokens}) must exceed "
+                f"max_new_tokens ({self.max_new_tokens})"
+            )
+        if self.kv_cache_tokens < self.max_context_tokens:
+            raise ValueError(
+                f"kv_cache_tokens ({self.kv_cache_tokens}) must hold at least one full "
+                f"context (max_context_tokens={self.max_context_tokens})"
+            )
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_prefill_tokens < self.kv_block_size:
+            raise ValueError(
+                f"max_prefill_tokens ({self.max_prefill_tokens}) must be >= "
+                f"kv_block_size ({self.kv_block_size})"
+            )

@@ -1,0 +1,125 @@
+"""Llama forward pass in plain PyTorch over a paged KV cache.
+
+Shapes: B sequences in a batch, T new tokens per sequence (padded), S context slots per
+sequence (padded), D model dim, H query heads, Hkv kv heads, Dh head dim, V vocab.
+
+RoPE layout: llama.cpp's converter permutes the Q/K rows of HF checkpoints so that
+rotary pairs are adjacent (2i, 2i+1), the original Meta layout, and llama.cpp rotates
+adjacent pairs. We keep the GGUF weights as they are and rotate adjacent pairs too,
+which is the same function as HF's rotate-half on un-permuted weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from llm.gguf_loader import GGUFFile, LlamaHParams
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    attn_norm: torch.Tensor  # (D,)
+    wqkv: torch.Tensor  # ((H + 2 Hkv) Dh, D): q, k, v projections fused into one matmul
+    wo: torch.Tensor  # (D, H Dh)
+    ffn_norm: torch.Tensor  # (D,)
+    w_gate_up: torch.Tensor  # (2 F, D): gate and up fused
+    w_down: torch.Tensor  # (D, F)
+
+
+class LlamaModel:
+    """Weights plus a stateless forward; the KV cache is passed in by the runner."""
+
+    def __init__(
+        self, gguf_file: GGUFFile, hparams: LlamaHParams, dtype: torch.dtype, device: torch.device
+    ) -> None:
+        self.hparams = hparams
+        self.device = device
+        self.dtype = dtype
+
+        def load(name: str) -> torch.Tensor:
+            return gguf_file.dequantize(name).to(device=device, dtype=dtype)
+
+        self.embed = load("token_embd.weight")  # (V, D)
+        # SmolLM2 ties the output projection to the embedding; other models ship one.
+        has_output = "output.weight" in gguf_file.tensors
+        self.lm_head = load("output.weight") if has_output else self.embed  # (V, D)
+        self.norm = load("output_norm.weight")
+        self.layers = []
+        for index in range(hparams.num_layers):
+            p = f"blk.{index}."
+            layer = LayerWeights(
+                attn_norm=load(p + "attn_norm.weight"),
+                wqkv=torch.cat([load(p + f"attn_{name}.weight") for name in "qkv"]),
+                wo=load(p + "attn_output.weight"),
+                ffn_norm=load(p + "ffn_norm.weight"),
+                w_gate_up=torch.cat([load(p + "ffn_gate.weight"), load(p + "ffn_up.weight")]),
+                w_down=load(p + "ffn_down.weight"),
+            )
+            self.layers.append(layer)
+        half = hparams.head_dim // 2
+        inv_freq = hparams.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
+        angles = torch.outer(torch.arange(hparams.max_positions, dtype=torch.float64), inv_freq)
+        # (max_positions, Dh/2), computed in float64 once so long positions stay exact.
+        self.rope_cos = angles.cos().to(device=device, dtype=dtype)
+        self.rope_sin = angles.sin().to(device=device, dtype=dtype)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        write_slots: torch.Tensor,
+        context_slots: torch.Tensor,
+        attn_mask: torch.Tensor,
+        logit_rows: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run B sequences of T new tokens; write their K/V; return logits of chosen rows.
+
+        input_ids, positions: (B, T) int64. write_slots: (B*T,) cache slot per new token.
+        context_slots: (B, S) slots of positions 0..S-1 of each sequence (new ones included).
+        attn_mask: (B, 1, T, S) bool, True where a query may attend.
+        logit_rows: (N,) indices into the flattened (B*T) tokens whose logits are needed.
+        k_cache, v_cache: (L, num_slots, Hkv, Dh). Returns float32 logits (N, V).
+        """
+        hp = self.hparams
+        batch, new_tokens = input_ids.shape
+        num_q, num_kv, head_dim = hp.num_heads, hp.num_kv_heads, hp.head_dim
+        cos = self.rope_cos[positions].unsqueeze(2)  # (B, T, 1, Dh/2)
+        sin = self.rope_sin[positions].unsqueeze(2)
+        x = self.embed[input_ids]  # (B, T, D)
+        for index, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (hp.dim,), layer.attn_norm, hp.rms_eps)
+            qkv = F.linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
+            qk = qkv[..., : (num_q + num_kv) * head_dim].unflatten(-1, (num_q + num_kv, head_dim))
+            qk = _rotate_pairs(qk, cos, sin)  # (B, T, H + Hkv, Dh), q and k rotated together
+            q = qk[:, :, :num_q].transpose(1, 2)  # (B, H, T, Dh)
+            k = qk[:, :, num_q:].reshape(batch * new_tokens, num_kv, head_dim)
+            v = qkv[..., (num_q + num_kv) * head_dim :].reshape(
+                batch * new_tokens, num_kv, head_dim
+            )
+            k_cache[index].index_copy_(0, write_slots, k)
+            v_cache[index].index_copy_(0, write_slots, v)
+            keys = k_cache[index][context_slots].transpose(1, 2)  # (B, Hkv, S, Dh)
+            values = v_cache[index][context_slots].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=attn_mask, enable_gqa=True
+            )
+            x = x + F.linear(attn.transpose(1, 2).flatten(2), layer.wo)  # (B, T, D)
+            h = F.rms_norm(x, (hp.dim,), layer.ffn_norm, hp.rms_eps)
+            gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
+            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+        # Only the rows that get sampled pay for the norm and the (V x D) projection.
+        x = x.flatten(0, 1).index_select(0, logit_rows)  # (N, D)
+        x = F.rms_norm(x, (hp.dim,), self.norm, hp.rms_eps)
+        return F.linear(x, self.lm_head).float()  # (N, V)
+
+
+def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent pairs (x[2i], x[2i+1]) of the last dim by the position's angle i."""
+    pairs = x.unflatten(-1, (-1, 2))  # (..., Dh/2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)

@@ -1,0 +1,104 @@
+"""Turns a scheduled batch into tensors, runs the model, and samples next tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from llm.model import LlamaModel
+from llm.scheduler import ScheduledBatch
+
+
+class ModelRunner:
+    """Owns the paged KV pool: (L, (num_blocks + 1) * block_size, Hkv, Dh) for K and V.
+
+    The extra last block is scratch: padded query tokens write their K/V there and padded
+    context slots read from it (masked out), so the hot path needs no masked scatter.
+    """
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        num_blocks: int,
+        block_size: int,
+        temperature: float,
+        top_k: int,
+        seed: int,
+    ) -> None:
+        hp = model.hparams
+        self.model = model
+        self.block_size = block_size
+        self.scratch_block = num_blocks
+        num_slots = (num_blocks + 1) * block_size
+        shape = (hp.num_layers, num_slots, hp.num_kv_heads, hp.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=model.dtype, device=model.device)
+        self.v_cache = torch.zeros(shape, dtype=model.dtype, device=model.device)
+        self.temperature = temperature
+        self.top_k = top_k
+        self.generator = torch.Generator(device=model.device).manual_seed(seed)
+        self._block_offsets = torch.arange(block_size, device=model.device)
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> list[int | None]:
+        """Compute the batch's new tokens; the sampled next token per sequence, or None
+        for a sequence whose chunk does not reach the end of its (complete) prompt."""
+        device = self.model.device
+        size = self.block_size
+        seqs, counts = batch.sequences, batch.num_new_tokens
+        new_tokens = max(counts)
+        context_lens = [
+            seq.num_computed_tokens + count for seq, count in zip(seqs, counts, strict=True)
+        ]
+        max_blocks = -(-max(context_lens) // size)
+        input_ids, positions, tables, valid = [], [], [], []
+        for seq, count in zip(seqs, counts, strict=True):
+            start = seq.num_computed_tokens
+            pad = new_tokens - count
+            input_ids.append(seq.token_ids[start : start + count] + [0] * pad)
+            positions.append(list(range(start, start + count)) + [0] * pad)
+            valid.append([True] * count + [False] * pad)
+            table = seq.block_table[:max_blocks]
+            tables.append(table + [self.scratch_block] * (max_blocks - len(table)))
+        input_t = torch.tensor(input_ids, device=device)  # (B, T)
+        positions_t = torch.tensor(positions, device=device)  # (B, T)
+        tables_t = torch.tensor(tables, device=device)  # (B, max_blocks)
+        valid_t = torch.tensor(valid, device=device)  # (B, T)
+        write_slots = tables_t.gather(1, positions_t // size) * size + positions_t % size
+        write_slots = write_slots.masked_fill(~valid_t, self.scratch_block * size).flatten()
+        # Context slot j of a sequence holds position j; j beyond its length is masked.
+        context_slots = (tables_t[:, :, None] * size + self._block_offsets).flatten(1)
+        context_slots = context_slots[:, : max(context_lens)]  # (B, S)
+        key_positions = torch.arange(context_slots.shape[1], device=device)
+        attn_mask = (key_positions <= positions_t[:, :, None]).unsqueeze(1)  # (B, 1, T, S)
+        sample_rows = [
+            index * new_tokens + count - 1
+            for index, (seq, count) in enumerate(zip(seqs, counts, strict=True))
+            if count == seq.samples_after
+        ]
+        if not sample_rows:
+            sample_rows = [0]  # the forward still writes K/V; these logits are unused
+        logits = self.model.forward(
+            input_t,
+            positions_t,
+            write_slots,
+            context_slots,
+            attn_mask,
+            torch.tensor(sample_rows, device=device),
+            self.k_cache,
+            self.v_cache,
+        )
+        sampled = iter(self._sample(logits))
+        return [
+            next(sampled) if count == seq.samples_after else None
+            for seq, count in zip(seqs, counts, strict=True)
+        ]
+
+    def _sample(self, logits: torch.Tensor) -> list[int]:
+        """Next token per row of logits (N, V); greedy when temperature is 0."""
+        if self.temperature == 0:
+            return logits.argmax(dim=-1).tolist()
+        logits = logits / self.temperature
+        if self.top_k > 0:
+            threshold = logits.topk(self.top_k, dim=-1).values[:, -1:]  # (N, 1)
+            logits = logits.masked_fill(logits < threshold, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()

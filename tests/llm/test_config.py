@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llm.config import LLMConfig
+
+MODEL = Path("model.gguf")
+
+
+def test_defaults_are_valid() -> None:
+    config = LLMConfig(MODEL)
+    assert config.temperature == 0.0 and config.max_new_tokens == 60
+    assert "voice assistant" in config.system_prompt
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"device": "tpu"}, "device must be one of"),
+        ({"dtype": "int8"}, "dtype must be one of"),
+        ({"num_threads": 0}, "num_threads"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"temperature": -1.0}, "temperature"),
+        ({"kv_block_size": 12}, "power of two"),
+        ({"max_context_tokens": 32, "max_new_tokens": 60}, "must exceed"),
+        ({"kv_cache_tokens": 1024}, "at least one full context"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+    ],
+)
+def test_invalid_values_are_rejected(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LLMConfig(MODEL, **overrides)  # type: ignore[arg-type]
+
+
+def test_path_type_and_suffix() -> None:
+    with pytest.raises(TypeError):
+        LLMConfig("model.gguf")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=".gguf"):
+        LLMConfig(Path("model.bin"))
+
+
+def test_frozen() -> None:
+    config = LLMConfig(MODEL)
+    with pytest.raises(AttributeError):
+        config.max_new_tokens = 5  # type: ignore[misc]
