@@ -66,7 +66,8 @@ class LLMEngine:
                 f"context length ({hparams.max_positions})"
             )
         self.tokenizer = ChatTokenizer(read_tokenizer_data(gguf_file))
-        model = LlamaModel(gguf_file, hparams, self.state.dtype, self.state.device)
+        decode_dtype = None if config.decode_dtype == "same" else _DTYPES[config.decode_dtype]
+        model = LlamaModel(gguf_file, hparams, self.state.dtype, self.state.device, decode_dtype)
         self.runner = ModelRunner(
             model,
             self.state.num_kv_blocks,

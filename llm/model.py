@@ -29,11 +29,34 @@ class LayerWeights:
     w_down: torch.Tensor  # (D, F)
 
 
+# A forward of at most this many tokens (B * T) is a decode step: memory-bound.
+DECODE_MAX_TOKENS = 8
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T computed in the weight's dtype, returned in x's dtype."""
+    if weight.dtype == x.dtype:
+        return F.linear(x, weight)
+    return F.linear(x.to(weight.dtype), weight).to(x.dtype)
+
+
 class LlamaModel:
-    """Weights plus a stateless forward; the KV cache is passed in by the runner."""
+    """Weights plus a stateless forward; the KV cache is passed in by the runner.
+
+    `decode_dtype`: an optional second, narrower copy of the matmul weights used for
+    decode steps only. A decode step reads every weight once to compute a handful of
+    tokens, so on a CPU it is bound by memory bandwidth: bfloat16 weights halve the bytes
+    and more than double tokens/s here (docs/llm.md), while prefill, which is bound by
+    compute and has no native bfloat16 on AVX2, keeps the exact float32 weights.
+    """
 
     def __init__(
-        self, gguf_file: GGUFFile, hparams: LlamaHParams, dtype: torch.dtype, device: torch.device
+        self,
+        gguf_file: GGUFFile,
+        hparams: LlamaHParams,
+        dtype: torch.dtype,
+        device: torch.device,
+        decode_dtype: torch.dtype | None = None,
     ) -> None:
         self.hparams = hparams
         self.device = device
@@ -59,6 +82,21 @@ class LlamaModel:
                 w_down=load(p + "ffn_down.weight"),
             )
             self.layers.append(layer)
+        self.decode_layers = self.layers
+        self.decode_lm_head = self.lm_head
+        if decode_dtype is not None and decode_dtype != dtype:
+            self.decode_layers = [
+                LayerWeights(
+                    attn_norm=layer.attn_norm,
+                    wqkv=layer.wqkv.to(decode_dtype),
+                    wo=layer.wo.to(decode_dtype),
+                    ffn_norm=layer.ffn_norm,
+                    w_gate_up=layer.w_gate_up.to(decode_dtype),
+                    w_down=layer.w_down.to(decode_dtype),
+                )
+                for layer in self.layers
+            ]
+            self.decode_lm_head = self.lm_head.to(decode_dtype)
         half = hparams.head_dim // 2
         inv_freq = hparams.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
         angles = torch.outer(torch.arange(hparams.max_positions, dtype=torch.float64), inv_freq)
@@ -91,9 +129,12 @@ class LlamaModel:
         cos = self.rope_cos[positions].unsqueeze(2)  # (B, T, 1, Dh/2)
         sin = self.rope_sin[positions].unsqueeze(2)
         x = self.embed[input_ids]  # (B, T, D)
-        for index, layer in enumerate(self.layers):
+        decode = batch * new_tokens <= DECODE_MAX_TOKENS
+        layers = self.decode_layers if decode else self.layers
+        lm_head = self.decode_lm_head if decode else self.lm_head
+        for index, layer in enumerate(layers):
             h = F.rms_norm(x, (hp.dim,), layer.attn_norm, hp.rms_eps)
-            qkv = F.linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
+            qkv = _linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
             qk = qkv[..., : (num_q + num_kv) * head_dim].unflatten(-1, (num_q + num_kv, head_dim))
             qk = _rotate_pairs(qk, cos, sin)  # (B, T, H + Hkv, Dh), q and k rotated together
             q = qk[:, :, :num_q].transpose(1, 2)  # (B, H, T, Dh)
@@ -108,14 +149,14 @@ class LlamaModel:
             attn = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=attn_mask, enable_gqa=True
             )
-            x = x + F.linear(attn.transpose(1, 2).flatten(2), layer.wo)  # (B, T, D)
+            x = x + _linear(attn.transpose(1, 2).flatten(2), layer.wo)  # (B, T, D)
             h = F.rms_norm(x, (hp.dim,), layer.ffn_norm, hp.rms_eps)
-            gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
-            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+            gate, up = _linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
+            x = x + _linear(F.silu(gate) * up, layer.w_down)
         # Only the rows that get sampled pay for the norm and the (V x D) projection.
         x = x.flatten(0, 1).index_select(0, logit_rows)  # (N, D)
         x = F.rms_norm(x, (hp.dim,), self.norm, hp.rms_eps)
-        return F.linear(x, self.lm_head).float()  # (N, V)
+        return _linear(x, lm_head).float()  # (N, V)
 
 
 def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ def shared_engine(model_path: Path) -> LLMEngine:
         max_new_tokens=8,
         max_context_tokens=512,
         kv_cache_tokens=2048,
+        decode_dtype="same",  # exactness tests: one set of float32 weights
     )
     return LLMEngine(config)
 

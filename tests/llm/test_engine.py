@@ -148,6 +148,7 @@ def test_preemption_under_kv_pressure_keeps_outputs(model_path: Path, prefix_cac
         max_context_tokens=96,
         kv_cache_tokens=96,
         enable_prefix_caching=prefix_caching,
+        decode_dtype="same",
     )
     engine = LLMEngine(config)
     questions = [QUESTION, "Why is the sky blue?", "What is two plus two?"]
@@ -180,3 +181,22 @@ def test_sampling_with_temperature(engine: LLMEngine, monkeypatch: pytest.Monkey
     top = logits.topk(50, dim=-1).indices
     for row, token in enumerate(runner._sample(logits)):
         assert token in top[row].tolist()
+
+
+def test_bfloat16_decode_weights_stay_close_to_float32(model_path: Path) -> None:
+    """The default narrow decode copy: same opening words as exact float32 decoding."""
+
+    def generate(decode_dtype: str) -> list[int]:
+        config = LLMConfig(model_path, device="cpu", num_threads=2, max_new_tokens=8,
+                           max_context_tokens=512, kv_cache_tokens=1024,
+                           decode_dtype=decode_dtype)  # fmt: skip
+        engine = LLMEngine(config)
+        engine.add_request(1, engine.dialogue_prompt_ids([], "What is the capital of France?"))
+        tokens: list[int] = []
+        while engine.has_pending_work():
+            tokens += [o.token_id for o in engine.step()]
+        return tokens
+
+    exact, narrow = generate("same"), generate("bfloat16")
+    assert len(narrow) == 8
+    assert narrow[:4] == exact[:4]

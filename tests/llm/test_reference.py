@@ -79,7 +79,12 @@ def test_logits_match(
 
 def test_greedy_32_tokens_match(hf_model: torch.nn.Module, model_path: Path) -> None:
     config = LLMConfig(
-        model_path, device="cpu", num_threads=2, max_new_tokens=32, kv_cache_tokens=2048
+        model_path,
+        device="cpu",
+        num_threads=2,
+        max_new_tokens=32,
+        kv_cache_tokens=2048,
+        decode_dtype="same",
     )
     engine = LLMEngine(config)
     ids = engine.dialogue_prompt_ids([], PROMPT)
