@@ -1,7 +1,9 @@
 """The ASR stage process: audio records in, transcript records out.
 
 One `ASRStream` per session shares one Whisper model and one VAD session. Each
-utterance becomes a turn: its id is the stream's utterance counter.
+utterance becomes a turn. A session's turn ids keep rising across END_OF_INPUT (which
+ends a stream; the next audio starts a new one): a NEW_TURN floor set by an earlier
+interrupt must never swallow the turns of later input.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class ASRHandler:
         self.out = out
         self.events = events
         self.streams: dict[int, ASRStream] = {}
+        self.turn_base: dict[int, int] = {}  # turn id of the current stream's utterance 0
+        self.next_turn: dict[int, int] = {}  # one past the session's highest turn so far
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.AUDIO_IN: self._on_audio,
             RecordKind.END_OF_INPUT: self._on_end_of_input,
@@ -61,6 +65,7 @@ class ASRHandler:
     def _stream(self, session_id: int) -> ASRStream:
         if session_id not in self.streams:
             self.streams[session_id] = ASRStream(self.config, self.model, self.vad)
+            self.turn_base[session_id] = self.next_turn.get(session_id, 0)
         return self.streams[session_id]
 
     def _on_audio(self, record: Record) -> None:
@@ -87,40 +92,52 @@ class ASRHandler:
         op, _ = CONTROL_BODY.unpack_from(record.payload)
         if op == ControlOp.SESSION_CLOSE:
             self.streams.pop(record.session_id, None)
+            self.turn_base.pop(record.session_id, None)
+            self.next_turn.pop(record.session_id, None)
 
     def _forward(self, session_id: int, events: list[ASREvent]) -> None:
         for event in events:
+            turn = self._turn(session_id, event)
+            self.next_turn[session_id] = max(self.next_turn.get(session_id, 0), turn + 1)
             self._emit[type(event)](session_id, event)
 
+    def _turn(self, session_id: int, event: ASREvent) -> int:
+        return self.turn_base.get(session_id, 0) + event.utterance_id
+
     def _speech_start(self, session_id: int, event: SpeechStart) -> None:
-        turn = event.utterance_id
+        turn = self._turn(session_id, event)
         self.events.stamp(session_id, turn, Stamp.SPEECH_START, at_ns=event.start_ns)
         self.out.send(
             RecordKind.SPEECH_START, session_id=session_id, turn_id=turn, origin_ns=event.start_ns
         )
 
     def _partial(self, session_id: int, event: Partial) -> None:
+        turn = self._turn(session_id, event)
         self.out.send(
             RecordKind.PARTIAL,
             text_pair(event.stable, event.unstable),
             session_id=session_id,
-            turn_id=event.utterance_id,
+            turn_id=turn,
         )
+        # Live captions for the client: an event to the supervisor, not the data path.
+        text = " ".join(part for part in (event.stable, event.unstable) if part)
+        self.events.stamp(session_id, turn, Stamp.PARTIAL_TEXT, len(event.stable.encode()), text)
 
     def _speculative_end(self, session_id: int, event: SpeculativeEnd) -> None:
         self.out.send(
             RecordKind.SPECULATIVE_END,
             event.text.encode(),
             session_id=session_id,
-            turn_id=event.utterance_id,
+            turn_id=self._turn(session_id, event),
             origin_ns=event.speech_end_ns,
         )
 
     def _resume(self, session_id: int, event: Resume) -> None:
-        self.out.send(RecordKind.RESUME, session_id=session_id, turn_id=event.utterance_id)
+        turn = self._turn(session_id, event)
+        self.out.send(RecordKind.RESUME, session_id=session_id, turn_id=turn)
 
     def _final(self, session_id: int, event: Final) -> None:
-        turn = event.utterance_id
+        turn = self._turn(session_id, event)
         self.events.stamp(session_id, turn, Stamp.SPEECH_END, at_ns=event.speech_end_ns)
         self.out.send(
             RecordKind.FINAL,

@@ -56,6 +56,7 @@ class ControlOp(IntEnum):
     SESSION_OPEN = 2
     SESSION_CLOSE = 3
     SHUTDOWN = 4
+    SYSTEM_PROMPT = 5  # LLM only: the session's system prompt, UTF-8 after CONTROL_BODY
 
 
 class Stamp(IntEnum):
@@ -71,6 +72,8 @@ class Stamp(IntEnum):
     TRANSCRIPT = 8  # text: the final transcript
     REPLY_TEXT = 9  # text: the whole reply
     LLM_PREFILL = 10  # value: tokens prefilled
+    PARTIAL_TEXT = 11  # text: the ASR's latest partial; value: byte length of its stable part
+    REPLY_DELTA = 12  # text: one token's text, as the LLM samples it (live captions)
 
 
 class SampleFormat(IntEnum):

@@ -67,7 +67,9 @@ def llm_config(settings: dict[str, Any]) -> LLMConfig:
 class Dialogue:
     """One session's conversation memory with a clear truncation rule."""
 
-    def __init__(self) -> None:
+    def __init__(self, system_prompt: str | None = None) -> None:
+        # None: the stage's configured prompt; a client may set its own (SYSTEM_PROMPT).
+        self.system_prompt = system_prompt
         self.exchanges: list[tuple[str, str]] = []  # (user, assistant)
 
     def messages(self) -> list[dict[str, str]]:
@@ -80,7 +82,7 @@ class Dialogue:
         budget = config.max_context_tokens - config.max_new_tokens
         while True:
             ids = engine.tokenizer.dialogue_prompt_ids(
-                config.system_prompt, self.messages(), user_text
+                self.system_prompt or config.system_prompt, self.messages(), user_text
             )
             if len(ids) <= budget or not self.exchanges:
                 return ids[-budget:]
@@ -120,7 +122,7 @@ class LLMHandler:
         stable = stable.strip().rstrip(".,?!;:")
         if not stable:
             return
-        dialogue = self.dialogues.setdefault(record.session_id, Dialogue())
+        dialogue = self._dialogue(record.session_id)
         ids = dialogue.prompt_ids(self.engine, self.config, stable)
         header = len(self._reply_header)
         if ids[-header:] != self._reply_header:
@@ -150,7 +152,7 @@ class LLMHandler:
         if not text:
             self._drop_open_prompt(record.session_id)
             return
-        dialogue = self.dialogues.setdefault(record.session_id, Dialogue())
+        dialogue = self._dialogue(record.session_id)
         ids = dialogue.prompt_ids(self.engine, self.config, text)
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
         open_prompt = self.open_prompts.pop(record.session_id, None)
@@ -177,8 +179,18 @@ class LLMHandler:
         else:
             self.out.send(RecordKind.END_OF_INPUT, session_id=record.session_id)
 
+    def _dialogue(self, session_id: int) -> Dialogue:
+        if session_id not in self.dialogues:
+            self.dialogues[session_id] = Dialogue()
+        return self.dialogues[session_id]
+
     def _on_control(self, record: Record) -> None:
         op, _ = CONTROL_BODY.unpack_from(record.payload)
+        if op == ControlOp.SYSTEM_PROMPT:
+            prompt = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
+            self._dialogue(record.session_id).system_prompt = prompt
+            self._drop_open_prompt(record.session_id)  # prefilled under the old prompt
+            return
         if op not in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
             return
         limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
@@ -215,6 +227,8 @@ class LLMHandler:
                 turn_id=reply.turn_id,
                 origin_ns=reply.origin_ns,
             )
+            # Live reply text for the client, after the token is on its way to TTS.
+            self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=output.text)
             if output.finished:
                 self._finish(output.request_id, reply, str(output.finish_reason))
         return self.engine.has_pending_work()
@@ -231,7 +245,7 @@ class LLMHandler:
         )
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=text)
-        dialogue = self.dialogues.setdefault(reply.session_id, Dialogue())
+        dialogue = self._dialogue(reply.session_id)
         dialogue.exchanges.append((reply.user_text, text))
         if reply.session_id in self.pending_end and not any(
             r.session_id == reply.session_id for r in self.replies.values()

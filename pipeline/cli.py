@@ -55,6 +55,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if not row.get("error") else 1
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from pipeline.config import PipelineConfig
+    from pipeline.ws import ServerConfig, serve_forever
+
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        token=args.token or os.environ.get("VOXRELAY_TOKEN") or None,
+        allow_origins=tuple(args.allow_origin),
+        max_message_bytes=args.max_message_bytes,
+        max_sessions=args.max_sessions,
+        idle_timeout_s=args.idle_timeout,
+        max_turn_audio_s=args.max_turn_audio,
+    )
+    trace = Path(args.trace) if args.trace else None
+    asyncio.run(serve_forever(config, PipelineConfig(transport=args.transport), trace))
+    return 0
+
+
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from asr.config import ASRConfig
     from asr.transcribe import transcribe_file
@@ -98,6 +117,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print the trace as one JSON line")
     run.set_defaults(func=_cmd_run)
+
+    serve = sub.add_parser("serve", help="WebSocket voice endpoint and browser page")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--token", help="require this bearer token (default: $VOXRELAY_TOKEN)")
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="browser origin allowed besides the server's own (repeatable; '*' for any)",
+    )
+    serve.add_argument("--max-sessions", type=int, default=16)
+    serve.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    serve.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS")
+    serve.add_argument("--max-turn-audio", type=float, default=60.0, metavar="SECONDS")
+    serve.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+    serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
+    serve.set_defaults(func=_cmd_serve)
 
     models = sub.add_parser("models", help="provision or list the bundled models")
     models.add_argument("action", choices=("fetch", "list"))

@@ -16,11 +16,14 @@ from pathlib import Path
 from ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
-from pipeline.session import SessionRouter
+from pipeline.session import Session, SessionRouter, Sink
 from pipeline.supervisor import Supervisor
 from pipeline.trace import TraceSink, TurnTrace
 
 FRAME_MS = 20
+# Client audio goes to the ASR in records of at most this many bytes (1 s at 16 kHz), so
+# one large client message cannot take a big bite of the shared input ring at once.
+MAX_AUDIO_RECORD_BYTES = 32_000
 
 
 @dataclass(slots=True)
@@ -91,6 +94,43 @@ class Pipeline:
     async def __aexit__(self, *exc: object) -> None:
         await self.supervisor.stop()
         self.traces.close()
+
+    def open_session(self, sink: Sink, transport: str) -> Session:
+        """A live session (a WebSocket client): its output goes to `sink`."""
+        return self.router.open(sink, transport)
+
+    def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int) -> int:
+        """Mono PCM16 to the ASR without blocking; returns the bytes dropped (ring full)."""
+        header = AUDIO_FORMAT.pack(sample_rate, 1, SampleFormat.PCM16)
+        dropped = 0
+        for start in range(0, len(pcm16), MAX_AUDIO_RECORD_BYTES):
+            chunk = pcm16[start : start + MAX_AUDIO_RECORD_BYTES]
+            if not self.supervisor.audio_in.send(
+                RecordKind.AUDIO_IN, header, chunk, session_id=session_id, block=False
+            ):
+                dropped += len(chunk)
+        return dropped
+
+    def end_input(self, session_id: int) -> None:
+        """The speech ends here: the ASR finalizes the open utterance."""
+        self.supervisor.audio_in.send(RecordKind.END_OF_INPUT, session_id=session_id)
+
+    def new_turn(self, session_id: int, turn_id: int) -> None:
+        """Barge-in: every stage drops the session's turns older than `turn_id`."""
+        self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id)
+        session = self.router.sessions.get(session_id)
+        if session is not None:
+            session.new_turn(turn_id)
+
+    def set_system_prompt(self, session_id: int, prompt: str) -> None:
+        self.supervisor.control(
+            ControlOp.SYSTEM_PROMPT, session_id=session_id, stages=("llm",), text=prompt.encode()
+        )
+
+    def close_session(self, session_id: int) -> None:
+        """Frees the session here and in every stage (its records still in flight drop)."""
+        self.router.close(session_id)
+        self.supervisor.control(ControlOp.SESSION_CLOSE, session_id=session_id)
 
     async def run_clip(
         self,

@@ -15,8 +15,17 @@ from typing import Protocol
 from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
 from pipeline.trace import TraceSink, TurnTrace
 
+# Stamps that only carry text for the client: `Sink.on_text` kinds, no trace field.
+_LIVE_TEXT: dict[Stamp, str] = {
+    Stamp.PARTIAL_TEXT: "transcript.partial",
+    Stamp.REPLY_DELTA: "response.text.delta",
+}
+
 
 class Sink(Protocol):
+    """Where one session's output goes. `on_text` kinds: "speech.started",
+    "transcript.partial", "transcript.final", "response.text.delta", "response.text"."""
+
     def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None: ...
 
     def on_text(self, turn_id: int, kind: str, text: str) -> None: ...
@@ -38,6 +47,7 @@ class Session:
         self.turns: dict[int, TurnTrace] = {}
         self.finished: list[TurnTrace] = []
         self._failed: set[int] = set()  # turns whose leftovers must be dropped
+        self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.AUDIO_OUT: self._on_audio,
             RecordKind.AUDIO_END: self._on_audio_end,
@@ -52,8 +62,18 @@ class Session:
 
     def deliver(self, record: Record) -> None:
         handler = self._dispatch.get(record.kind)
-        if handler is not None and record.turn_id not in self._failed:
+        if (
+            handler is not None
+            and record.turn_id not in self._failed
+            and record.turn_id >= self.min_turn
+        ):
             handler(record)
+
+    def new_turn(self, turn_id: int) -> None:
+        """Barge-in: forget every turn older than `turn_id` and drop its leftovers."""
+        self.min_turn = max(self.min_turn, turn_id)
+        for stale in [t for t in self.turns if t < self.min_turn]:
+            del self.turns[stale]
 
     def _on_audio(self, record: Record) -> None:
         trace = self.trace(record.turn_id)
@@ -79,8 +99,13 @@ class Session:
     def _on_stamp(self, record: Record) -> None:
         point, value = STAMP_BODY.unpack_from(record.payload)
         text = record.payload[STAMP_BODY.size :].decode("utf-8", errors="replace")
-        trace = self.trace(record.turn_id)
         stamp = Stamp(point)
+        if stamp in _LIVE_TEXT:
+            self.sink.on_text(record.turn_id, _LIVE_TEXT[stamp], text)
+            return
+        trace = self.trace(record.turn_id)
+        if stamp == Stamp.SPEECH_START:
+            self.sink.on_text(record.turn_id, "speech.started", "")
         if stamp == Stamp.TRANSCRIPT:
             trace.transcript = text
             self.sink.on_text(record.turn_id, "transcript.final", text)

@@ -212,11 +212,13 @@ class Supervisor:
         session_id: int = 0,
         turn_id: int = 0,
         stages: tuple[str, ...] = STAGES,
+        text: bytes = b"",
     ) -> None:
         for name in stages:
             self._stages[name].control.send(
                 RecordKind.CONTROL,
                 CONTROL_BODY.pack(op, argument),
+                text,
                 session_id=session_id,
                 turn_id=turn_id,
                 timeout_s=0.5,

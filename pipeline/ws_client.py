@@ -1,0 +1,265 @@
+"""One WebSocket client of `voxrelay serve`: the Sink of its session and its messages.
+
+The supervisor's record callback calls the Sink methods synchronously, so they never
+await: they convert reply audio, serialise events and append to a bounded outgoing
+queue that this client's own writer task drains. A client that reads too slowly loses
+reply audio (counted), never anyone else's time; one that stays that slow is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.server import ServerConnection
+
+from pipeline.audio_io import OutputResampler
+from pipeline.run import Pipeline
+from pipeline.trace import TurnTrace
+
+if TYPE_CHECKING:
+    from pipeline.ws import ServerConfig
+
+log = logging.getLogger("voxrelay.ws")
+
+MAX_INSTRUCTIONS_BYTES = 16_384
+MAX_QUEUED_EVENTS = 4096  # JSON events waiting for one client before it counts as stalled
+CLOSE_NORMAL = 1000
+CLOSE_POLICY = 1008
+CLOSE_TRY_AGAIN = 1013
+
+# Sink.on_text kinds -> (event type, field that carries the text)
+_TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
+    "speech.started": ("speech.started", None),
+    "transcript.partial": ("transcript.partial", "text"),
+    "transcript.final": ("transcript.final", "text"),
+    "response.text.delta": ("response.text.delta", "delta"),
+    "response.text": ("response.text.done", "text"),
+}
+
+
+class ClientSession:
+    """One connection: its pipeline session, outgoing queue and control messages."""
+
+    def __init__(
+        self,
+        connection: ServerConnection,
+        pipeline: Pipeline,
+        config: ServerConfig,
+        input_rate: int,
+        output_rate: int,
+    ) -> None:
+        self.connection = connection
+        self.pipeline = pipeline
+        self.config = config
+        self.input_rate = input_rate
+        self.output_rate = output_rate
+        self._loop = asyncio.get_running_loop()
+        self._queue: deque[tuple[int, str | bytes]] = deque()  # (turn, message)
+        self._queued_audio_bytes = 0
+        self._queue_max_audio_bytes = int(config.send_queue_audio_s * output_rate) * 2
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
+        self._full_since: float | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self.dropped_audio_bytes = 0
+        self.dropped_input_bytes = 0
+        self.last_final_turn = -1
+        self.speech_bytes: int | None = None  # input since speech.started; None: no speech
+        self.last_activity = self._loop.time()
+        self.session = pipeline.open_session(self, "websocket")
+        self.session_id = self.session.session_id
+        self._controls: dict[str, Callable[[dict[str, Any]], None]] = {
+            "input.end": self._on_input_end,
+            "interrupt": self._on_interrupt,
+            "session.update": self._on_session_update,
+        }
+
+    # Sink: called from the supervisor's record callback; never awaits.
+
+    def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None:
+        resampler = self._resamplers.get(turn_id)
+        if resampler is None:
+            resampler = self._resamplers[turn_id] = OutputResampler(sample_rate, self.output_rate)
+            self.send_event("response.audio.start", turn=turn_id, sample_rate=self.output_rate)
+        self._send_audio(turn_id, resampler.convert(pcm16))
+
+    def on_text(self, turn_id: int, kind: str, text: str) -> None:
+        event_type, text_field = _TEXT_EVENTS.get(kind, (kind, "text"))
+        if kind == "speech.started":
+            self.speech_bytes = 0
+        elif kind == "transcript.final":
+            self.speech_bytes = None
+            self.last_final_turn = max(self.last_final_turn, turn_id)
+        fields: dict[str, Any] = {"turn": turn_id}
+        if text_field is not None:
+            fields[text_field] = text
+        self.send_event(event_type, **fields)
+
+    def on_error(self, turn_id: int, message: str) -> None:
+        self.send_event("error", code="stage_failed", message=message, turn=turn_id)
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        resampler = self._resamplers.pop(trace.turn_id, None)
+        if resampler is not None:
+            self._send_audio(trace.turn_id, resampler.convert(b"", last=True))
+        status = "failed" if trace.error else "completed"
+        self.send_event("response.done", turn=trace.turn_id, status=status)
+        self.send_event("trace", **trace.to_dict())
+
+    # Outgoing queue.
+
+    def send_event(self, event_type: str, turn: int = -1, **fields: Any) -> None:
+        if turn >= 0:
+            fields = {"turn": turn, **fields}
+        self._push(turn, json.dumps({"type": event_type, **fields}))
+        if len(self._queue) > MAX_QUEUED_EVENTS:
+            self.abort(CLOSE_POLICY, "client does not read its messages")
+
+    def _send_audio(self, turn_id: int, pcm16: bytes) -> None:
+        if not pcm16:
+            return
+        if self._queued_audio_bytes + len(pcm16) > self._queue_max_audio_bytes:
+            # Never wait for a slow client here: drop, count, and close it if it stays slow.
+            self.dropped_audio_bytes += len(pcm16)
+            now = self._loop.time()
+            if self._full_since is None:
+                self._full_since = now
+            elif now - self._full_since > self.config.stalled_client_s:
+                self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
+            return
+        self._full_since = None
+        self._queued_audio_bytes += len(pcm16)
+        self._push(turn_id, pcm16)
+
+    def _push(self, turn_id: int, message: str | bytes) -> None:
+        self.last_activity = self._loop.time()
+        self._queue.append((turn_id, message))
+        self._drained.clear()
+        self._wake.set()
+
+    async def write_loop(self) -> None:
+        """Drains the outgoing queue into the socket; ends when the connection does."""
+        while True:
+            if not self._queue:
+                self._drained.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            _turn, message = self._queue.popleft()
+            if isinstance(message, bytes):
+                self._queued_audio_bytes -= len(message)
+            await self.connection.send(message)
+
+    def abort(self, code: int, reason: str) -> None:
+        """Close this connection from a callback that must not await."""
+        if self._closing is None:
+            log.warning("session %d: closing with %d: %s", self.session_id, code, reason)
+            self._closing = self._loop.create_task(self.connection.close(code, reason[:120]))
+
+    async def close_with_error(self, close_code: int, error_code: str, message: str) -> None:
+        """An `error` event, then the close: the client learns why before the socket goes."""
+        self.send_event("error", code=error_code, message=message)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), 1.0)
+        await self.connection.close(close_code, message[:120])
+
+    # Incoming messages.
+
+    async def on_binary(self, data: bytes) -> None:
+        if len(data) % 2:
+            self.send_event(
+                "error",
+                code="invalid_audio",
+                message=f"binary frames carry PCM16 samples: got an odd length of {len(data)} "
+                "bytes; this frame was dropped",
+            )
+            return
+        if self.speech_bytes is not None:
+            self.speech_bytes += len(data)
+            limit = self.config.max_turn_audio_s * self.input_rate * 2
+            if self.speech_bytes > limit:
+                await self.close_with_error(
+                    CLOSE_POLICY,
+                    "turn_too_long",
+                    f"one turn may carry at most {self.config.max_turn_audio_s:.0f} s of speech",
+                )
+                return
+        self.dropped_input_bytes += self.pipeline.send_audio(self.session_id, data, self.input_rate)
+
+    def on_json(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+        except ValueError as exc:
+            self.send_event("error", code="invalid_json", message=f"not JSON: {exc}")
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            self.send_event(
+                "error", code="invalid_message", message='expected an object with a "type" string'
+            )
+            return
+        handler = self._controls.get(message["type"])
+        if handler is None:
+            known = ", ".join(sorted(self._controls))
+            self.send_event(
+                "error",
+                code="unknown_type",
+                message=f"unknown message type {message['type']!r}; known: {known}",
+            )
+            return
+        handler(message)
+
+    def _on_input_end(self, message: dict[str, Any]) -> None:
+        self.speech_bytes = None
+        self.pipeline.end_input(self.session_id)
+
+    def _on_interrupt(self, message: dict[str, Any]) -> None:
+        # Replies exist only for finalized turns: a floor just above the last one stops
+        # its reply but spares the utterance the user may be speaking right now.
+        floor = self.last_final_turn + 1
+        self.pipeline.new_turn(self.session_id, floor)
+        kept: deque[tuple[int, str | bytes]] = deque()
+        for turn, queued in self._queue:
+            if isinstance(queued, bytes) and turn < floor:
+                self._queued_audio_bytes -= len(queued)
+            else:
+                kept.append((turn, queued))
+        self._queue = kept
+        for turn in [t for t in self._resamplers if t < floor]:
+            del self._resamplers[turn]
+        self.send_event("response.audio.clear", turn=floor)
+
+    def _on_session_update(self, message: dict[str, Any]) -> None:
+        instructions = message.get("instructions")
+        speed = message.get("voice_speed")
+        if instructions is not None and (
+            not isinstance(instructions, str) or len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES
+        ):
+            self.send_event(
+                "error",
+                code="invalid_message",
+                message=f"instructions must be a string of at most {MAX_INSTRUCTIONS_BYTES} bytes",
+            )
+            return
+        if speed is not None and speed != 1.0:
+            self.send_event(
+                "error",
+                code="unsupported",
+                message="voice_speed is not applied per session yet; the server's voice speed "
+                "stays in effect",
+            )
+        if instructions is not None:
+            self.pipeline.set_system_prompt(self.session_id, instructions)
+        self.send_event("session.updated", instructions=instructions is not None)
+
+    def close(self) -> None:
+        """The connection is gone: free the session here and in every stage."""
+        self.pipeline.close_session(self.session_id)
+        self._queue.clear()
+        self._resamplers.clear()

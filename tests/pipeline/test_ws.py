@@ -1,0 +1,358 @@
+"""`voxrelay serve`: a real server on 127.0.0.1, real `websockets` clients, real models.
+
+One Pipeline (three stage processes) runs for the whole module on a background event
+loop; each test talks to it over TCP like any client would.
+"""
+
+import asyncio
+import json
+import threading
+import time
+import urllib.request
+
+import jiwer
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from pipeline.audio_io import read_clip
+from pipeline.config import PipelineConfig
+from pipeline.run import Pipeline
+from pipeline.ws import ServerConfig, VoiceServer
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_MESSAGE = 64 * 1024
+EXPECTED = "he was not an ill disposed young man"
+
+
+class ServerThread:
+    """The Pipeline and a VoiceServer on their own event loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # surfaced by the fixture
+            self.error = exc
+            self.ready.set()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with Pipeline(PipelineConfig(), transport_name="websocket") as pipeline:
+            self.pipeline = pipeline
+            config = ServerConfig(
+                port=0,
+                token=TOKEN,
+                allow_origins=("https://app.example",),
+                max_message_bytes=MAX_MESSAGE,
+            )
+            self.server = VoiceServer(pipeline, config)
+            self.port = await self.server.start()
+            self.ready.set()
+            await self._stop.wait()
+            await self.server.stop()
+
+    def call(self, coro, timeout: float = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def server(clips_dir):
+    running = ServerThread()
+    running.thread.start()
+    assert running.ready.wait(180), "pipeline did not start"
+    if running.error is not None:
+        raise running.error
+    yield running
+    running.stop()
+
+
+def _url(port: int, query: str = "") -> str:
+    return f"ws://127.0.0.1:{port}/v1/voice{query}"
+
+
+async def _event(ws, timeout: float = 10.0) -> dict:
+    """The next JSON event, skipping binary audio."""
+    while True:
+        message = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(message, str):
+            return json.loads(message)
+
+
+def _status_of_refusal(url: str, **kwargs) -> int:
+    async def attempt():
+        async with connect(url, **kwargs):
+            pass
+
+    with pytest.raises(InvalidStatus) as refused:
+        asyncio.run(attempt())
+    return refused.value.response.status_code
+
+
+def test_page_is_served_on_the_same_port(server):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=10) as response:
+        body = response.read().decode()
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/html")
+    for needle in ("AudioWorklet", "/v1/voice", "response.audio.clear", "trace"):
+        assert needle in body, needle
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "status"),
+    [
+        ("", {}, 401),
+        ("", {"Authorization": "Bearer wrong"}, 401),
+        ("?token=wrong", {}, 401),
+        ("?sample_rate=12345", AUTH, 400),
+        ("?sample_rate=abc", AUTH, 400),
+        ("?output_sample_rate=11025", AUTH, 400),
+        ("", {**AUTH, "Origin": "https://evil.example"}, 403),
+    ],
+)
+def test_refused_before_the_upgrade(server, query, headers, status):
+    assert _status_of_refusal(_url(server.port, query), additional_headers=headers) == status
+
+
+def test_unknown_path_is_404(server):
+    url = f"ws://127.0.0.1:{server.port}/v2/other"
+    assert _status_of_refusal(url, additional_headers=AUTH) == 404
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        ("", AUTH),
+        (f"?token={TOKEN}&sample_rate=48000&output_sample_rate=24000", {}),
+        ("", {**AUTH, "Origin": "https://app.example"}),
+        ("", {**AUTH, "Origin": "http://127.0.0.1:{port}"}),  # the server's own origin
+    ],
+)
+def test_accepted_with_token_and_allowed_origin(server, query, headers):
+    headers = {k: v.format(port=server.port) for k, v in headers.items()}
+
+    async def scenario():
+        async with connect(_url(server.port, query), additional_headers=headers) as ws:
+            return await _event(ws)
+
+    created = asyncio.run(scenario())
+    assert created["type"] == "session.created"
+    assert created["session_id"] > 0
+    if "48000" in query:
+        assert (created["sample_rate"], created["output_sample_rate"]) == (48000, 24000)
+
+
+def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
+    async def scenario():
+        async with connect(_url(server.port), additional_headers=AUTH) as ws:
+            assert (await _event(ws))["type"] == "session.created"
+            codes = []
+            for message in ("not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03"):
+                await ws.send(message)
+                event = await _event(ws)
+                assert event["type"] == "error" and event["message"], event
+                codes.append(event["code"])
+            await ws.send(json.dumps({"type": "session.update", "instructions": "Be brief."}))
+            updated = await _event(ws)
+            await ws.send(b"\x00\x00" * 320)  # 20 ms of silence is accepted quietly
+            await ws.send(json.dumps({"type": "interrupt"}))
+            cleared = await _event(ws)
+            return codes, updated, cleared
+
+    codes, updated, cleared = asyncio.run(scenario())
+    assert codes == ["invalid_json", "invalid_message", "unknown_type", "invalid_audio"]
+    assert updated == {"type": "session.updated", "instructions": True}
+    assert cleared["type"] == "response.audio.clear"
+
+
+def test_oversized_message_closes_with_1009_and_others_are_unaffected(server):
+    async def scenario():
+        async with (
+            connect(_url(server.port), additional_headers=AUTH) as bystander,
+            connect(_url(server.port), additional_headers=AUTH) as ws,
+        ):
+            await _event(bystander)
+            await _event(ws)
+            await ws.send(b"\x00" * (MAX_MESSAGE + 2))
+            with pytest.raises(ConnectionClosed) as closed:
+                await _event(ws)
+            await bystander.send("{}")
+            still_there = await _event(bystander)
+            return closed.value.rcvd.code, still_there
+
+    code, still_there = asyncio.run(scenario())
+    assert code == 1009
+    assert still_there["code"] == "invalid_message"
+
+
+def test_idle_timeout_and_session_limit(server):
+    async def start_small():
+        small = VoiceServer(
+            server.pipeline, ServerConfig(port=0, max_sessions=1, idle_timeout_s=1.0)
+        )
+        return small, await small.start()
+
+    small, port = server.call(start_small())
+
+    async def scenario():
+        async with connect(_url(port)) as ws:
+            assert (await _event(ws))["type"] == "session.created"
+            full = await _status_in_loop(_url(port))
+            started = time.monotonic()
+            error = await _event(ws, timeout=5)
+            with pytest.raises(ConnectionClosed) as closed:
+                await _event(ws, timeout=5)
+            return full, error, closed.value.rcvd.code, time.monotonic() - started
+
+    try:
+        full, error, code, idle_s = asyncio.run(scenario())
+    finally:
+        server.call(small.stop())
+    assert full == 503
+    assert error["code"] == "idle_timeout"
+    assert code == 1000
+    assert 0.5 < idle_s < 3.0
+
+
+async def _status_in_loop(url: str) -> int:
+    try:
+        async with connect(url):
+            return 101
+    except InvalidStatus as exc:
+        return exc.response.status_code
+
+
+async def _stream_clip(ws, clip, trailing_silence_s: float, pace: bool = True) -> None:
+    """PCM16 at real-time pace in 20 ms frames, as a microphone would send it."""
+    clip = clip.with_silence(trailing_silence_s)
+    start = time.perf_counter()
+    for index, frame in enumerate(clip.frames(20)):
+        if pace:
+            delay = start + index * 0.02 - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await ws.send(frame)
+
+
+async def _one_turn(port: int, clip, output_rate: int) -> tuple[list, bytes]:
+    """Streams the clip and collects everything until the turn's trace event."""
+    query = f"?sample_rate={clip.sample_rate}&output_sample_rate={output_rate}"
+    log: list = []
+    audio = bytearray()
+    async with connect(_url(port, query), additional_headers=AUTH) as ws:
+        sender = asyncio.create_task(_stream_clip(ws, clip, 1.0))
+        while True:
+            message = await asyncio.wait_for(ws.recv(), 60)
+            if isinstance(message, bytes):
+                audio += message
+                if log[-1] != "audio":
+                    log.append("audio")
+                continue
+            event = json.loads(message)
+            log.append(event)
+            if event["type"] == "trace":
+                break
+        await sender
+    return log, bytes(audio)
+
+
+def _types(log: list) -> list[str]:
+    return [entry if entry == "audio" else entry["type"] for entry in log]
+
+
+def _normalise(text: str) -> str:
+    return " ".join(jiwer.RemovePunctuation()(text.lower().replace("-", " ")).split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output_rate", [16000, 24000])
+def test_real_clip_gives_events_in_order_and_audio_at_the_asked_rate(
+    server, clips_dir, output_rate
+):
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+    log, audio = asyncio.run(_one_turn(server.port, clip, output_rate))
+    types = _types(log)
+    assert types[0] == "session.created"
+    milestones = ["transcript.final", "response.audio.start", "audio", "response.done", "trace"]
+    positions = [types.index(name) for name in milestones]
+    assert positions == sorted(positions), types
+    assert types.count("error") == 0, log
+    events = {entry["type"]: entry for entry in log if entry != "audio"}
+    assert jiwer.wer(EXPECTED, _normalise(events["transcript.final"]["text"])) <= 0.25
+    assert events["response.audio.start"]["sample_rate"] == output_rate
+    assert events["response.done"]["status"] == "completed"
+    trace = events["trace"]
+    assert 0 < trace["ttfa_ms"] < 10_000
+    assert trace["transport"] == "websocket"
+    deltas = "".join(e["delta"] for e in log if e != "audio" and e["type"] == "response.text.delta")
+    assert deltas.strip() == trace["reply_text"] != ""
+    seconds = len(audio) / 2 / output_rate
+    assert 0.5 < seconds < 60
+    assert abs(seconds * 1000 - trace["audio_out_ms"]) < 50, (seconds, trace["audio_out_ms"])
+
+
+@pytest.mark.slow
+def test_vanished_client_frees_its_session_and_others_keep_being_served(server, clips_dir):
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+
+    async def vanish_mid_reply() -> int:
+        ws = await connect(_url(server.port), additional_headers=AUTH)
+        session_id = (await _event(ws))["session_id"]
+        sender = asyncio.create_task(_stream_clip(ws, clip, 1.0))
+        while (await _event(ws, timeout=60))["type"] != "response.audio.start":
+            pass
+        sender.cancel()
+        ws.transport.abort()  # no close frame: the client just disappears
+        return session_id
+
+    session_id = asyncio.run(vanish_mid_reply())
+    deadline = time.monotonic() + 10
+    while session_id in server.pipeline.router.sessions and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert session_id not in server.pipeline.router.sessions
+    assert session_id not in server.server.clients
+    log, audio = asyncio.run(_one_turn(server.port, clip, 16000))
+    assert "response.done" in _types(log) and audio
+
+
+@pytest.mark.slow
+def test_input_end_interrupt_and_the_next_turn(server, clips_dir):
+    """input.end finalizes at once; interrupt clears the reply; later input still works."""
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+
+    async def scenario():
+        async with connect(_url(server.port), additional_headers=AUTH) as ws:
+            await _event(ws)
+            await _stream_clip(ws, clip, 0.0, pace=False)
+            await ws.send(json.dumps({"type": "input.end"}))
+            first: list[dict] = []
+            while not first or first[-1]["type"] != "response.audio.start":
+                first.append(await _event(ws, timeout=60))
+            await ws.send(json.dumps({"type": "interrupt"}))
+            while (cleared := await _event(ws, timeout=10))["type"] != "response.audio.clear":
+                pass
+            await _stream_clip(ws, clip, 0.0, pace=False)
+            await ws.send(json.dumps({"type": "input.end"}))
+            second = []
+            while not second or second[-1]["type"] != "trace":
+                second.append(await _event(ws, timeout=60))
+            return first, cleared, second
+
+    first, cleared, second = asyncio.run(scenario())
+    first_turn = next(e["turn"] for e in first if e["type"] == "transcript.final")
+    assert cleared["turn"] == first_turn + 1
+    # Nothing of the interrupted turn arrives after the clear.
+    assert all(e.get("turn", cleared["turn"]) >= cleared["turn"] for e in second), second
+    trace = second[-1]
+    assert trace["turn"] >= first_turn + 1 and trace["error"] is None
+    assert _normalise(trace["transcript"]) and trace["audio_out_ms"] > 0
