@@ -26,6 +26,9 @@ class PipelineConfig:
     start_timeout_s: float = 120.0
     heartbeat_timeout_s: float = 1.5
     max_restarts: int = 5
+    # The user speaking over a reply cuts it (the ASR's SpeechStart, after its
+    # min_speech_ms of voiced audio, decides what counts as speaking).
+    barge_in: bool = True
     asr: dict[str, Any] = field(default_factory=dict)
     llm: dict[str, Any] = field(default_factory=dict)
     tts: dict[str, Any] = field(default_factory=dict)

@@ -97,7 +97,16 @@ class Pipeline:
 
     def open_session(self, sink: Sink, transport: str) -> Session:
         """A live session (a WebSocket client): its output goes to `sink`."""
-        return self.router.open(sink, transport)
+        session = self.router.open(sink, transport)
+        if self.supervisor.config.barge_in:
+            session.on_speech_start = self._on_speech_start
+        return session
+
+    def _on_speech_start(self, session: Session, turn_id: int) -> None:
+        """Barge-in: the user speaks while an older turn's reply is pending or playing."""
+        if session.replying(before_turn=turn_id):
+            self.new_turn(session.session_id, turn_id)
+            session.sink.on_text(turn_id, "response.audio.clear", "")
 
     def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int) -> int:
         """Mono PCM16 to the ASR without blocking; returns the bytes dropped (ring full)."""
@@ -120,7 +129,7 @@ class Pipeline:
         self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id)
         session = self.router.sessions.get(session_id)
         if session is not None:
-            session.new_turn(turn_id)
+            session.new_turn(turn_id, time.perf_counter_ns())
 
     def set_system_prompt(self, session_id: int, prompt: str) -> None:
         self.supervisor.control(
@@ -141,7 +150,7 @@ class Pipeline:
         timeout_s: float = 120.0,
     ) -> ClipResult:
         sink = CollectingSink()
-        session = self.router.open(sink)
+        session = self.open_session(sink, "file")
         self._sinks[session.session_id] = sink
         try:
             await self.feed(session.session_id, clip.with_silence(trailing_silence_s), realtime)

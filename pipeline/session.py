@@ -48,6 +48,9 @@ class Session:
         self.finished: list[TurnTrace] = []
         self._failed: set[int] = set()  # turns whose leftovers must be dropped
         self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
+        # Called with (session, turn) when the user starts speaking: barge-in detection.
+        self.on_speech_start: Callable[[Session, int], None] | None = None
+        self.playback_end_ns = 0  # when the reply audio sent so far ends playing
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.AUDIO_OUT: self._on_audio,
             RecordKind.AUDIO_END: self._on_audio_end,
@@ -69,11 +72,31 @@ class Session:
         ):
             handler(record)
 
-    def new_turn(self, turn_id: int) -> None:
-        """Barge-in: forget every turn older than `turn_id` and drop its leftovers."""
+    def new_turn(self, turn_id: int, at_ns: int | None = None) -> list[TurnTrace]:
+        """Barge-in: end every turn older than `turn_id` and drop its leftovers.
+
+        A turn that had a reply under way is written to the trace sink marked as barged
+        in, with the audio it had sent so far; one that never reached the LLM is dropped.
+        Returns the interrupted traces.
+        """
         self.min_turn = max(self.min_turn, turn_id)
+        self.playback_end_ns = 0
+        interrupted: list[TurnTrace] = []
         for stale in [t for t in self.turns if t < self.min_turn]:
-            del self.turns[stale]
+            trace = self.turns.pop(stale)
+            if trace.transcript:
+                trace.barge_in_ns = at_ns or time.perf_counter_ns()
+                interrupted.append(trace)
+                self._finish(trace)
+        return interrupted
+
+    def replying(self, before_turn: int) -> bool:
+        """True while a committed turn older than `before_turn` still has a reply coming,
+        or reply audio already sent is still playing (by real-time arithmetic: the sink
+        plays what it gets at 1x from the first sample on)."""
+        if time.perf_counter_ns() < self.playback_end_ns:
+            return True
+        return any(t < before_turn and trace.transcript for t, trace in self.turns.items())
 
     def _on_audio(self, record: Record) -> None:
         trace = self.trace(record.turn_id)
@@ -83,6 +106,8 @@ class Session:
             trace.first_audio_out_ns = time.perf_counter_ns()
         trace.audio_out_samples += len(pcm) // 2
         trace.audio_out_rate = rate
+        played_ns = trace.first_audio_out_ns + trace.audio_out_samples * 1_000_000_000 // rate
+        self.playback_end_ns = max(self.playback_end_ns, played_ns)
         self.sink.on_audio(record.turn_id, pcm, rate)
 
     def _on_audio_end(self, record: Record) -> None:
@@ -106,6 +131,8 @@ class Session:
         trace = self.trace(record.turn_id)
         if stamp == Stamp.SPEECH_START:
             self.sink.on_text(record.turn_id, "speech.started", "")
+            if self.on_speech_start is not None:
+                self.on_speech_start(self, record.turn_id)
         if stamp == Stamp.TRANSCRIPT:
             trace.transcript = text
             self.sink.on_text(record.turn_id, "transcript.final", text)

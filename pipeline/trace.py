@@ -52,6 +52,7 @@ class TurnTrace:
     prefill_early_tokens: int = 0  # of those, prefilled while the user was speaking
     asr_decode_ms: float = 0.0
     error: str = ""
+    barge_in_ns: int = 0  # the user spoke over this turn's reply: it was cut here
 
     def mark(self, point: Stamp, at_ns: int) -> None:
         # The first stamp of a kind wins: a retried stage must not move it later.
@@ -80,6 +81,7 @@ class TurnTrace:
         row["prefill_early_tokens"] = self.prefill_early_tokens
         row["transcript"] = self.transcript
         row["reply_text"] = self.reply_text
+        row["barge_in_ns"] = self.barge_in_ns or None
         row["error"] = self.error or None
         return row
 

@@ -91,6 +91,9 @@ class ClientSession:
         self._send_audio(turn_id, resampler.convert(pcm16))
 
     def on_text(self, turn_id: int, kind: str, text: str) -> None:
+        if kind == "response.audio.clear":  # barge-in detected by the pipeline
+            self._clear_audio(turn_id)
+            return
         event_type, text_field = _TEXT_EVENTS.get(kind, (kind, "text"))
         if kind == "speech.started":
             self.speech_bytes = 0
@@ -224,6 +227,10 @@ class ClientSession:
         # its reply but spares the utterance the user may be speaking right now.
         floor = self.last_final_turn + 1
         self.pipeline.new_turn(self.session_id, floor)
+        self._clear_audio(floor)
+
+    def _clear_audio(self, floor: int) -> None:
+        """Drop queued reply audio of turns before `floor` and tell the client to stop."""
         kept: deque[tuple[int, str | bytes]] = deque()
         for turn, queued in self._queue:
             if isinstance(queued, bytes) and turn < floor:

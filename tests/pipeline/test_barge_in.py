@@ -1,0 +1,73 @@
+"""Barge-in: the user speaks over a reply; the reply stops, the new turn is answered."""
+
+import asyncio
+import time
+
+import jiwer
+import pytest
+
+from pipeline.audio_io import read_clip
+from pipeline.config import PipelineConfig
+from pipeline.run import Pipeline
+
+pytestmark = pytest.mark.slow
+
+
+class TimedSink:
+    def __init__(self) -> None:
+        self.audio: list[tuple[int, int, int]] = []  # (turn, arrival ns, samples)
+        self.texts: list[tuple[int, int, str, str]] = []  # (turn, arrival ns, kind, text)
+        self.done: list[int] = []
+        self.first_audio = asyncio.Event()
+        self.turn_done = asyncio.Event()
+
+    def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None:
+        self.audio.append((turn_id, time.perf_counter_ns(), len(pcm16) // 2))
+        self.first_audio.set()
+
+    def on_text(self, turn_id: int, kind: str, text: str) -> None:
+        self.texts.append((turn_id, time.perf_counter_ns(), kind, text))
+
+    def on_error(self, turn_id: int, message: str) -> None:
+        self.texts.append((turn_id, time.perf_counter_ns(), "error", message))
+
+    def on_turn_done(self, trace) -> None:
+        self.done.append(trace.turn_id)
+        if not trace.barge_in_ns:
+            self.turn_done.set()
+
+
+def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir):
+    first = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
+    second = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
+
+    async def scenario():
+        async with Pipeline(PipelineConfig()) as pipeline:
+            sink = TimedSink()
+            session = pipeline.open_session(sink, "test")
+            await pipeline.feed(session.session_id, first, realtime=True)
+            await asyncio.wait_for(sink.first_audio.wait(), 30)  # the reply is playing
+            sink.turn_done.clear()
+            await pipeline.feed(session.session_id, second, realtime=True)
+            await asyncio.wait_for(sink.turn_done.wait(), 60)
+            return sink, list(session.finished)
+
+    sink, finished = asyncio.run(scenario())
+    clears = [(turn, at) for turn, at, kind, _ in sink.texts if kind == "response.audio.clear"]
+    assert len(clears) == 1, sink.texts
+    new_turn, cleared_at = clears[0]
+    old_turns = {turn for turn, _, _ in sink.audio if turn < new_turn}
+    assert old_turns, "the first reply never played"
+    late = [at for turn, at, _ in sink.audio if turn < new_turn and at > cleared_at]
+    assert not late, "audio of the interrupted reply reached the sink after the clear"
+    interrupted = [t for t in finished if t.barge_in_ns]
+    assert [t.turn_id for t in interrupted] == sorted(old_turns)
+    answered = [t for t in finished if t.turn_id == new_turn]
+    assert answered and not answered[0].error and answered[0].first_audio_out_ns
+    expected = "he might even have been made amiable himself"
+    heard = jiwer.RemovePunctuation()(answered[0].transcript.lower())
+    assert jiwer.wer(expected, heard) <= 0.3, answered[0].transcript
+    speech_start = answered[0].to_dict()["speech_start_ns"]
+    barge_in_ms = (cleared_at - speech_start) / 1e6
+    print(f"speech start -> clear at the sink: {barge_in_ms:.0f} ms")
+    assert 0 < barge_in_ms < 1000
