@@ -8,10 +8,12 @@ minus the end of the user's speech (both on the shared monotonic clock).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import numpy as np
 
+from ipc.records import Stamp
 from pipeline.audio_io import Clip, read_clip
 from pipeline.config import PipelineConfig
 from pipeline.models import asset_path
@@ -40,14 +42,56 @@ def _rows(traces: list[TurnTrace]) -> list[dict[str, Any]]:
     return [t.to_dict() for t in traces if not t.error and t.first_audio_out_ns]
 
 
-async def _streaming(clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
+class _ClearWatch:
+    """A sink that notes when reply audio starts and when a barge-in clears it."""
+
+    def __init__(self) -> None:
+        self.first_audio = asyncio.Event()
+        self.cleared_ns = 0
+
+    def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None:
+        self.first_audio.set()
+
+    def on_text(self, turn_id: int, kind: str, text: str) -> None:
+        if kind == "response.audio.clear" and not self.cleared_ns:
+            self.cleared_ns = time.perf_counter_ns()
+
+    def on_error(self, turn_id: int, message: str) -> None:
+        pass
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        pass
+
+
+async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float | None:
+    """Speak `second` over the reply to `first`: its speech start -> clear at the sink."""
+    watch = _ClearWatch()
+    session = pipeline.open_session(watch, "bench")
+    try:
+        await pipeline.feed(session.session_id, first.with_silence(0.6), realtime=True)
+        await asyncio.wait_for(watch.first_audio.wait(), 30)
+        await pipeline.feed(session.session_id, second.with_silence(0.5), realtime=True)
+        starts = [t.stamps.get(Stamp.SPEECH_START, 0) for t in session.turns.values()]
+        if not watch.cleared_ns or not any(starts):
+            return None
+        return (watch.cleared_ns - max(starts)) / 1e6
+    finally:
+        pipeline.close_session(session.session_id)
+
+
+async def _streaming(clips: list[tuple[str, Clip]]) -> tuple[list[dict[str, Any]], list[float]]:
     rows: list[dict[str, Any]] = []
+    barge_ins: list[float] = []
     async with Pipeline(PipelineConfig()) as pipeline:
         # One warm-up turn: first-call allocations are not what a live server pays.
         await pipeline.run_clip(clips[0][1])
         for _name, clip in clips:
             rows += _rows((await pipeline.run_clip(clip)).traces)
-    return rows
+        for index in range(3):
+            measured = await _barge_in_ms(pipeline, clips[index][1], clips[index + 1][1])
+            if measured is not None:
+                barge_ins.append(measured)
+    return rows, barge_ins
 
 
 def _sequential(clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
@@ -68,7 +112,7 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 def run() -> dict[str, float]:
     clips = corpus()
-    streaming = asyncio.run(_streaming(clips))
+    streaming, barge_ins = asyncio.run(_streaming(clips))
     sequential = _sequential(clips)
     results: dict[str, float] = {
         "e2e.clips": float(len(clips)),
@@ -81,6 +125,10 @@ def run() -> dict[str, float]:
         results[f"e2e.ttfa_ms.p95.{mode}"] = round(float(np.percentile(ttfa, 95)), 1)
     for key in STAGE_FIELDS:
         results[f"e2e.{key}.p50.streaming"] = _median(streaming, key)
+    results["e2e.barge_in_ms.p50"] = (
+        round(float(np.median(barge_ins)), 1) if barge_ins else float("nan")
+    )
+    results["e2e.barge_in.measured"] = float(len(barge_ins))
     results["e2e.ttfa_cut_pct"] = round(
         100 * (1 - results["e2e.ttfa_ms.p50.streaming"] / results["e2e.ttfa_ms.p50.sequential"]), 1
     )
@@ -103,6 +151,10 @@ def table(results: dict[str, float]) -> str:
     lines.append(
         f"streaming cuts TTFA by {results['e2e.ttfa_cut_pct']:.1f}% "
         f"(sequential / streaming = {results['e2e.sequential_over_streaming.p50']:.2f}x)"
+    )
+    lines.append(
+        f"barge-in, user's speech start -> reply cleared at the sink: "
+        f"{results['e2e.barge_in_ms.p50']} ms (p50 of {results['e2e.barge_in.measured']:.0f})"
     )
     lines.append(
         "streaming per-stage medians: "
