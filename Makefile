@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 MODELS_STAMP := $(VENV)/.models
 DEMO_WAV := demo/ill-disposed.wav
 
-.PHONY: setup models demo test test-all lint bench clean
+.PHONY: setup models system-deps demo test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,22 @@ $(MODELS_STAMP): $(STAMP) pipeline/manifest.toml
 	$(VENV)/bin/voxrelay models fetch tiny.en smollm2 joe testclips
 	touch $@
 
+# System packages the slow tests drive: headless Chromium (the browser page) and
+# PortAudio + ALSA (`voxrelay mic`). Installed only when missing, and only as root
+# with apt; otherwise those tests skip and say why. `make demo` does not need them.
+SYSTEM_DEPS := chromium chromium-driver libportaudio2 alsa-utils
+system-deps:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/aplay ] \
+		&& ldconfig -p | grep -q libportaudio.so.2; then \
+		echo "system-deps: present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(SYSTEM_DEPS); \
+	else \
+		echo "system-deps: missing, not root or no apt-get: the browser and mic tests will skip" \
+			"(apt-get install $(SYSTEM_DEPS))"; \
+	fi
+
 demo: models
 	$(VENV)/bin/voxrelay run --input $(DEMO_WAV) --output reply.wav --trace traces.jsonl
 
@@ -34,7 +50,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy ipc pipeline
 
-test: models lint
+test: models system-deps lint
 	$(PY) -m pytest -q
 
 test-fast: models

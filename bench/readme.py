@@ -17,6 +17,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("streaming: end of speech -> ASR final, p50 (ms)", "e2e.endpoint_ms.p50.streaming"),
     ("streaming: ASR final -> LLM first token, p50 (ms)", "e2e.llm_ttft_ms.p50.streaming"),
     ("streaming: first token -> TTS first audio, p50 (ms)", "e2e.tts_first_audio_ms.p50.streaming"),
+    ("barge-in: user's speech start -> reply cleared at the sink, p50 (ms)", "e2e.barge_in_ms.p50"),
     ("ASR tiny.en: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.tiny.en"),
     ("ASR tiny.en: end of speech -> SpeculativeEnd, p50 (ms)", "asr.speculative_ms.p50.tiny.en"),
     ("ASR base: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.base"),
