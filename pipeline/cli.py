@@ -74,6 +74,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mic(args: argparse.Namespace) -> int:
+    from pipeline.config import PipelineConfig
+    from pipeline.mic import MicConfig, device_arg, run_mic
+
+    config = MicConfig(
+        input_device=device_arg(args.input_device),
+        output_device=device_arg(args.output_device),
+        full_duplex=args.full_duplex,
+    )
+    trace = Path(args.trace) if args.trace else None
+    asyncio.run(run_mic(config, PipelineConfig(), trace))
+    return 0
+
+
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from asr.config import ASRConfig
     from asr.transcribe import transcribe_file
@@ -136,6 +150,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
     serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
     serve.set_defaults(func=_cmd_serve)
+
+    mic = sub.add_parser("mic", help="talk through the local microphone and speakers")
+    mic.add_argument("--input-device", help="PortAudio input index or name (default: system's)")
+    mic.add_argument("--output-device", help="PortAudio output index or name (default: system's)")
+    mic.add_argument(
+        "--full-duplex",
+        action="store_true",
+        help="keep the microphone open during replies (headset; speech interrupts the reply)",
+    )
+    mic.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+    mic.set_defaults(func=_cmd_mic)
 
     models = sub.add_parser("models", help="provision or list the bundled models")
     models.add_argument("action", choices=("fetch", "list"))
