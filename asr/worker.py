@@ -28,10 +28,10 @@ from ipc.records import (
     Stamp,
     text_pair,
 )
-from pipeline.worker import Events
+from pipeline.worker import Events, TableHandler
 
 
-class ASRHandler:
+class ASRHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = ASRConfig(**config)
         self.model, self.vad = load_asr(self.config)
@@ -53,11 +53,6 @@ class ASRHandler:
             Final: self._final,
             Discard: lambda session_id, event: None,
         }
-
-    def handle(self, record: Record) -> None:
-        handler = self._dispatch.get(record.kind)
-        if handler is not None:
-            handler(record)
 
     def step(self) -> bool:
         return False

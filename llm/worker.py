@@ -34,7 +34,7 @@ from ipc.records import (
 from llm.config import LLMConfig
 from llm.engine import LLMEngine
 from pipeline.models import asset_path
-from pipeline.worker import Events
+from pipeline.worker import Events, TableHandler
 
 
 @dataclass(slots=True)
@@ -89,7 +89,7 @@ class Dialogue:
             self.exchanges.pop(0)  # drop the oldest exchange first
 
 
-class LLMHandler:
+class LLMHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = llm_config(config)
         self.engine = LLMEngine(self.config)
@@ -109,11 +109,6 @@ class LLMHandler:
             RecordKind.END_OF_INPUT: self._on_end_of_input,
             RecordKind.CONTROL: self._on_control,
         }
-
-    def handle(self, record: Record) -> None:
-        handler = self._dispatch.get(record.kind)
-        if handler is not None:
-            handler(record)
 
     def _on_partial(self, record: Record) -> None:
         stable, _unstable = split_text_pair(record.payload)

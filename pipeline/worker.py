@@ -94,6 +94,18 @@ class Events:
         )
 
 
+class TableHandler:
+    """Base of the stage handlers: dispatch on a record's kind through a table; kinds
+    a stage does not take are ignored."""
+
+    _dispatch: dict[RecordKind, Callable[[Record], None]]
+
+    def handle(self, record: Record) -> None:
+        handler = self._dispatch.get(record.kind)
+        if handler is not None:
+            handler(record)
+
+
 class Handler(Protocol):
     def handle(self, record: Record) -> None: ...
 

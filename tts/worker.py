@@ -26,7 +26,7 @@ from ipc.records import (
     Stamp,
 )
 from pipeline.models import asset_path
-from pipeline.worker import Events
+from pipeline.worker import Events, TableHandler
 from tts.chunker import Chunker
 from tts.config import TTSConfig
 from tts.voice import Voice
@@ -45,7 +45,7 @@ class _Job:
     origin_ns: int
 
 
-class TTSHandler:
+class TTSHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         settings = dict(config)
         settings.setdefault("voice_dir", str(asset_path(str(settings.pop("voice", "joe")))))
@@ -63,11 +63,6 @@ class TTSHandler:
             RecordKind.END_OF_INPUT: self._on_end_of_input,
             RecordKind.CONTROL: self._on_control,
         }
-
-    def handle(self, record: Record) -> None:
-        handler = self._dispatch.get(record.kind)
-        if handler is not None:
-            handler(record)
 
     def _chunker(self, key: tuple[int, int]) -> Chunker:
         if key not in self.chunkers:
