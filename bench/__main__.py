@@ -9,7 +9,7 @@ import platform
 import time
 from pathlib import Path
 
-from bench import asr, e2e, ipc, llm, readme, tts
+from bench import asr, e2e, ipc, llm, readme, tts, ws
 
 # Idle OpenMP pools must not spin on 2 cores (see pipeline.supervisor.stage_environment).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -20,7 +20,7 @@ RESULTS = Path(__file__).with_name("results.json")
 def main() -> None:
     started = time.perf_counter()
     results: dict[str, float] = {}
-    for section in (ipc, asr, llm, tts, e2e):
+    for section in (ipc, asr, llm, tts, e2e, ws):
         figures = section.run()
         print(section.table(figures), end="\n\n", flush=True)
         results.update(figures)
