@@ -4,15 +4,14 @@ numbers) and the README's numbers table is regenerated from that file."""
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from pathlib import Path
 
 from bench import asr, e2e, ipc, llm, readme, tts, ws
+from pipeline.openmp import prefer_passive_openmp
 
-# Idle OpenMP pools must not spin on 2 cores (see pipeline.supervisor.stage_environment).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+prefer_passive_openmp()
 
 RESULTS = Path(__file__).with_name("results.json")
 

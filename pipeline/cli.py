@@ -10,11 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-# Before any OpenMP runtime loads (see pipeline.supervisor.stage_environment): the
-# sequential mode runs Whisper, the LLM and Piper in this very process.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 from pipeline.models import ModelError
+from pipeline.openmp import prefer_passive_openmp
+
+# Before any OpenMP runtime loads (stage libraries are imported lazily below): the
+# sequential mode runs Whisper, the LLM and Piper in this very process.
+prefer_passive_openmp()
 
 MODES = ("streaming", "sequential")
 

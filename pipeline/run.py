@@ -108,9 +108,10 @@ class Pipeline:
             self.new_turn(session.session_id, turn_id)
             session.sink.on_text(turn_id, "response.audio.clear", "")
 
-    def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int) -> int:
-        """Mono PCM16 to the ASR without blocking; returns the bytes dropped (ring full)."""
-        header = AUDIO_FORMAT.pack(sample_rate, 1, SampleFormat.PCM16)
+    def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int, channels: int = 1) -> int:
+        """PCM16 (interleaved if stereo) to the ASR without blocking; returns the bytes
+        dropped (ring full)."""
+        header = AUDIO_FORMAT.pack(sample_rate, channels, SampleFormat.PCM16)
         dropped = 0
         for start in range(0, len(pcm16), MAX_AUDIO_RECORD_BYTES):
             chunk = pcm16[start : start + MAX_AUDIO_RECORD_BYTES]
@@ -166,7 +167,6 @@ class Pipeline:
             self.router.close(session.session_id)
 
     async def feed(self, session_id: int, clip: Clip, realtime: bool) -> None:
-        header = AUDIO_FORMAT.pack(clip.sample_rate, clip.channels, SampleFormat.PCM16)
         start = time.perf_counter()
         for index, frame in enumerate(clip.frames(FRAME_MS)):
             if realtime:
@@ -176,6 +176,4 @@ class Pipeline:
                     await asyncio.sleep(delay)
             elif index % 50 == 0:
                 await asyncio.sleep(0)  # let the loop route replies while we feed
-            self.supervisor.audio_in.send(
-                RecordKind.AUDIO_IN, header, frame, session_id=session_id, block=False
-            )
+            self.send_audio(session_id, frame, clip.sample_rate, clip.channels)

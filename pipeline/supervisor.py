@@ -28,6 +28,7 @@ from ipc.channel import ChannelSpec, make_channel
 from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
 from ipc.ring import Consumer, Producer
 from pipeline.config import PipelineConfig
+from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE
 from pipeline.status import StageStatus
 
 log = logging.getLogger("voxrelay.supervisor")
@@ -266,13 +267,8 @@ class Supervisor:
 
 
 def stage_environment() -> dict[str, str]:
-    """Environment for stage processes.
-
-    CTranslate2, PyTorch and onnxruntime each bring an OpenMP pool whose idle threads
-    spin by default; on 2 cores one stage's spinning pool starves the next stage (we
-    measured a 5x slower LLM beside an idle Whisper). Passive waiting gives the cores back.
-    """
-    return {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    """Environment for stage processes: passive OpenMP waiting (see pipeline.openmp)."""
+    return {POLICY_VARIABLE: DEFAULT_POLICY, **os.environ}
 
 
 def _stderr_path(name: str) -> str:

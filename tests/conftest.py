@@ -1,12 +1,11 @@
-import os
 from pathlib import Path
 
 import pytest
 
 from pipeline.models import ModelError, asset_path
+from pipeline.openmp import prefer_passive_openmp
 
-# Idle OpenMP pools must not spin on 2 cores (see pipeline.supervisor.stage_environment).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+prefer_passive_openmp()
 
 
 @pytest.fixture(scope="session")
