@@ -1,0 +1,144 @@
+"""SDP offer/answer (RFC 3264) for one audio stream: G.711 at 8 kHz plus RFC 4733
+telephone-event. We answer; we never offer (an INVITE without SDP is refused with 488).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+# Static payload types (RFC 3551) for the codecs we speak.
+STATIC_PAYLOADS: dict[int, str] = {0: "PCMU", 8: "PCMA"}
+DIRECTIONS = ("sendrecv", "sendonly", "recvonly", "inactive")
+# What we answer to each direction the caller offers (RFC 3264 6.1).
+_ANSWER_DIRECTION: dict[str, str] = {
+    "sendrecv": "sendrecv",
+    "sendonly": "recvonly",
+    "recvonly": "sendonly",
+    "inactive": "inactive",
+}
+MAX_SDP_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    address: str  # where the caller wants our RTP
+    port: int
+    payloads: tuple[int, ...]  # in the caller's order of preference
+    rtpmap: dict[int, str] = field(default_factory=dict)  # "PCMU/8000" etc.
+    direction: str = "sendrecv"
+
+    @property
+    def on_hold(self) -> bool:
+        """RFC 3264 hold (sendonly/inactive) or the older c=0.0.0.0 form (RFC 2543)."""
+        return self.direction in ("sendonly", "inactive") or self.address == "0.0.0.0"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    codec: str  # "PCMU" or "PCMA"
+    payload_type: int
+    dtmf_payload_type: int | None
+    direction: str
+
+
+def parse_offer(body: bytes) -> Offer:
+    """The audio stream of an SDP offer; ValueError says what is missing."""
+    if len(body) > MAX_SDP_BYTES:
+        raise ValueError(f"SDP of {len(body)} bytes exceeds {MAX_SDP_BYTES}")
+    try:
+        lines = body.decode("utf-8").replace("\r\n", "\n").split("\n")
+    except UnicodeDecodeError:
+        raise ValueError("SDP is not UTF-8") from None
+    session_address = ""
+    media_address = ""
+    media: list[str] | None = None
+    rtpmap: dict[int, str] = {}
+    direction = "sendrecv"
+    for line in filter(None, lines):
+        kind, eq, value = line.partition("=")
+        if not eq or len(kind) != 1:
+            raise ValueError(f"malformed SDP line {line[:40]!r}")
+        if kind == "m":
+            if media is not None:
+                break  # only the first (audio) stream matters to us
+            media = value.split()
+        elif kind == "c":
+            parts = value.split()
+            if len(parts) < 3 or parts[:2] != ["IN", "IP4"]:
+                raise ValueError(f"unsupported connection line c={value[:40]}; need IN IP4")
+            if media is None:
+                session_address = parts[2]
+            else:
+                media_address = parts[2]
+        elif kind == "a" and value.startswith("rtpmap:"):
+            number, _, encoding = value[7:].partition(" ")
+            if number.isdigit():
+                rtpmap[int(number)] = encoding.strip()
+        elif kind == "a" and value in DIRECTIONS:
+            direction = value
+    if media is None or len(media) < 4 or media[0] != "audio":
+        raise ValueError("SDP has no m=audio line")
+    if not media[1].isdigit() or not 0 <= int(media[1]) <= 65535:
+        raise ValueError(f"bad media port {media[1][:10]!r}")
+    if media[2] != "RTP/AVP":
+        raise ValueError(f"unsupported media profile {media[2][:20]}; only RTP/AVP")
+    address = media_address or session_address
+    try:
+        ipaddress.IPv4Address(address)
+    except ValueError:
+        raise ValueError(f"connection address {address[:40]!r} is not an IPv4 address") from None
+    payloads = tuple(int(p) for p in media[3:] if p.isdigit() and int(p) < 128)
+    return Offer(address, int(media[1]), payloads, rtpmap, direction)
+
+
+def _codec_of(payload: int, rtpmap: dict[int, str]) -> str | None:
+    encoding = rtpmap.get(payload)
+    if encoding is None:
+        return STATIC_PAYLOADS.get(payload)
+    name, _, rate = encoding.partition("/")
+    name = name.upper()
+    return name if name in ("PCMU", "PCMA") and rate.startswith("8000") else None
+
+
+def negotiate(offer: Offer, codecs: tuple[str, ...]) -> Answer:
+    """The caller's most preferred codec among ours; ValueError (-> 488) if none."""
+    chosen = next(
+        (p for p in offer.payloads if _codec_of(p, offer.rtpmap) in codecs),
+        None,
+    )
+    if chosen is None:
+        raise ValueError(f"no common codec: offered {offer.payloads}, we speak {codecs}")
+    dtmf = next(
+        (
+            p
+            for p in offer.payloads
+            if offer.rtpmap.get(p, "").lower().startswith("telephone-event/8000")
+        ),
+        None,
+    )
+    codec = _codec_of(chosen, offer.rtpmap)
+    assert codec is not None
+    return Answer(codec, chosen, dtmf, _ANSWER_DIRECTION[offer.direction])
+
+
+def build_answer(answer: Answer, address: str, port: int, session_id: int, version: int) -> bytes:
+    payloads = [answer.payload_type] + (
+        [answer.dtmf_payload_type] if answer.dtmf_payload_type is not None else []
+    )
+    lines = [
+        "v=0",
+        f"o=voxrelay {session_id} {version} IN IP4 {address}",
+        "s=voxrelay",
+        f"c=IN IP4 {address}",
+        "t=0 0",
+        f"m=audio {port} RTP/AVP {' '.join(map(str, payloads))}",
+        f"a=rtpmap:{answer.payload_type} {answer.codec}/8000",
+    ]
+    if answer.dtmf_payload_type is not None:
+        lines += [
+            f"a=rtpmap:{answer.dtmf_payload_type} telephone-event/8000",
+            f"a=fmtp:{answer.dtmf_payload_type} 0-16",
+        ]
+    lines += ["a=ptime:20", f"a={answer.direction}"]
+    return ("\r\n".join(lines) + "\r\n").encode()
