@@ -75,20 +75,34 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_llm_serve(args: argparse.Namespace) -> int:
-    from llm.config import LLMConfig
-    from llm.serve import ServeConfig, serve_forever
-    from pipeline.models import asset_path
+def _cmd_sip(args: argparse.Namespace) -> int:
+    from pipeline.config import PipelineConfig
+    from pipeline.sip.config import DEFAULT_PORT, from_cli
+    from pipeline.sip.serve import serve_sip
 
-    model_path = Path(args.model_path) if args.model_path else asset_path("smollm2") / "model.gguf"
-    llm = LLMConfig(
-        model_path,
-        num_threads=args.threads,
-        decode_dtype=args.decode_dtype,
-        temperature=args.temperature,
-        max_num_seqs=args.max_num_seqs,
+    config, _ = from_cli(
+        args.listen, DEFAULT_PORT, args.allow, args.max_calls, args.dtmf, args.transfer_to
     )
-    asyncio.run(serve_forever(llm, ServeConfig(args.host, args.port, args.served_model_name)))
+    trace = Path(args.trace) if args.trace else None
+    asyncio.run(serve_sip(config, PipelineConfig(), trace))
+    return 0
+
+
+def _cmd_audiosocket(args: argparse.Namespace) -> int:
+    from pipeline.config import PipelineConfig
+    from pipeline.sip.config import DEFAULT_AUDIOSOCKET_PORT, from_cli
+    from pipeline.sip.serve import serve_audiosocket
+
+    config, listen = from_cli(
+        args.listen,
+        DEFAULT_AUDIOSOCKET_PORT,
+        args.allow,
+        args.max_calls,
+        args.dtmf,
+        args.transfer_to,
+    )
+    trace = Path(args.trace) if args.trace else None
+    asyncio.run(serve_audiosocket(config, listen, PipelineConfig(), trace))
     return 0
 
 
@@ -169,21 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
     serve.set_defaults(func=_cmd_serve)
 
-    llm_serve = sub.add_parser(
-        "llm-serve", help="the LLM engine behind an OpenAI-compatible HTTP endpoint"
-    )
-    llm_serve.add_argument("--host", default="127.0.0.1")
-    llm_serve.add_argument("--port", type=int, default=8000, help="0: any free port")
-    llm_serve.add_argument("--model-path", help="GGUF file (default: the bundled SmolLM2)")
-    llm_serve.add_argument("--served-model-name", default="smollm2")
-    llm_serve.add_argument("--threads", type=int, default=None, help="CPU threads")
-    llm_serve.add_argument(
-        "--decode-dtype", default="bfloat16", choices=("same", "float32", "bfloat16", "float16")
-    )
-    llm_serve.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    llm_serve.add_argument("--max-num-seqs", type=int, default=8, help="requests per batch")
-    llm_serve.set_defaults(func=_cmd_llm_serve)
-
     mic = sub.add_parser("mic", help="talk through the local microphone and speakers")
     mic.add_argument("--input-device", help="PortAudio input index or name (default: system's)")
     mic.add_argument("--output-device", help="PortAudio output index or name (default: system's)")
@@ -194,6 +193,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mic.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
     mic.set_defaults(func=_cmd_mic)
+
+    for name, default, what in (
+        ("sip", "127.0.0.1:5060", "answer SIP calls (UDP, G.711 RTP, RFC 4733 DTMF)"),
+        ("audiosocket", "127.0.0.1:9092", "serve Asterisk AudioSocket connections (TCP)"),
+    ):
+        phone = sub.add_parser(name, help=what)
+        phone.add_argument("--listen", default=default, metavar="HOST:PORT")
+        phone.add_argument(
+            "--allow",
+            action="append",
+            default=[],
+            metavar="CIDR",
+            help="source networks served (repeatable; default: loopback only)",
+        )
+        phone.add_argument("--max-calls", type=int, default=16)
+        phone.add_argument(
+            "--dtmf",
+            action="append",
+            default=[],
+            metavar="DIGIT=ACTION",
+            help="what a key does: hangup or transfer (default: '#=hangup', '0=transfer')",
+        )
+        phone.add_argument("--transfer-to", metavar="URI", help="REFER target of 'transfer'")
+        phone.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+        phone.set_defaults(func=_cmd_sip if name == "sip" else _cmd_audiosocket)
 
     models = sub.add_parser("models", help="provision or list the bundled models")
     models.add_argument("action", choices=("fetch", "list"))
