@@ -44,3 +44,12 @@ class PipelineConfig:
             raise ValueError("timeouts must be positive")
         if self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0")
+
+    def model_names(self) -> tuple[str, str, str]:
+        """(ASR model, LLM model, TTS voice) as the stage workers pick them: their setting
+        here, else the default asset each worker loads (asr/, llm/, tts/ worker.py)."""
+        return (
+            str(self.asr.get("model", "tiny.en")),
+            str(self.llm.get("model", "smollm2")),
+            str(self.tts.get("voice", "joe")),
+        )

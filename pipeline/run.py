@@ -16,6 +16,7 @@ from pathlib import Path
 from ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
+from pipeline.otel import exporter_from_env
 from pipeline.session import Session, SessionRouter, Sink
 from pipeline.supervisor import Supervisor
 from pipeline.trace import TraceSink, TurnTrace
@@ -65,7 +66,12 @@ class Pipeline:
         self, config: PipelineConfig, trace_path: Path | None = None, transport_name: str = "file"
     ) -> None:
         self.traces = TraceSink(trace_path)
-        self.router = SessionRouter(self.traces, transport=transport_name)
+        self.router = SessionRouter(
+            self.traces, transport=transport_name, models=config.model_names()
+        )
+        self._spans = exporter_from_env()  # None unless OTEL_EXPORTER_OTLP_* is set
+        if self._spans is not None:
+            self.traces.observers.append(self._spans.export_turn)
         self.supervisor = Supervisor(config, self._on_record)
         self.supervisor.on_restart = self._on_restart
         self._sinks: dict[int, CollectingSink] = {}
@@ -94,6 +100,8 @@ class Pipeline:
     async def __aexit__(self, *exc: object) -> None:
         await self.supervisor.stop()
         self.traces.close()
+        if self._spans is not None:
+            self._spans.shutdown()
 
     def open_session(self, sink: Sink, transport: str) -> Session:
         """A live session (a WebSocket client): its output goes to `sink`."""

@@ -15,6 +15,10 @@ from typing import Protocol
 from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
 from pipeline.trace import TraceSink, TurnTrace
 
+# Ended turn ids remembered so their late records (a stamp sent after the turn's last
+# audio) cannot open a ghost trace; older ids are forgotten first.
+MAX_ENDED_TURNS = 1024
+
 # Stamps that only carry text for the client: `Sink.on_text` kinds, no trace field.
 _LIVE_TEXT: dict[Stamp, str] = {
     Stamp.PARTIAL_TEXT: "transcript.partial",
@@ -37,16 +41,23 @@ class Sink(Protocol):
 
 class Session:
     def __init__(
-        self, session_id: int, sink: Sink, traces: TraceSink, transport: str, mode: str
+        self,
+        session_id: int,
+        sink: Sink,
+        traces: TraceSink,
+        transport: str,
+        mode: str,
+        models: tuple[str, str, str] = ("", "", ""),
     ) -> None:
         self.session_id = session_id
+        self._models = models  # (asr model, llm model, tts voice) named in every trace
         self.sink = sink
         self._traces = traces
         self._transport = transport
         self._mode = mode
         self.turns: dict[int, TurnTrace] = {}
         self.finished: list[TurnTrace] = []
-        self._failed: set[int] = set()  # turns whose leftovers must be dropped
+        self._ended: set[int] = set()  # finished or failed turns: leftovers are dropped
         self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
         # Called with (session, turn) when the user starts speaking: barge-in detection.
         self.on_speech_start: Callable[[Session, int], None] | None = None
@@ -60,14 +71,23 @@ class Session:
 
     def trace(self, turn_id: int) -> TurnTrace:
         if turn_id not in self.turns:
-            self.turns[turn_id] = TurnTrace(self.session_id, turn_id, self._transport, self._mode)
+            asr, llm, tts = self._models
+            self.turns[turn_id] = TurnTrace(
+                self.session_id,
+                turn_id,
+                self._transport,
+                self._mode,
+                asr_model=asr,
+                llm_model=llm,
+                tts_voice=tts,
+            )
         return self.turns[turn_id]
 
     def deliver(self, record: Record) -> None:
         handler = self._dispatch.get(record.kind)
         if (
             handler is not None
-            and record.turn_id not in self._failed
+            and record.turn_id not in self._ended
             and record.turn_id >= self.min_turn
         ):
             handler(record)
@@ -114,9 +134,18 @@ class Session:
         trace = self.turns.pop(record.turn_id, None)
         if trace is None or trace.error:
             return
+        # TTS stamps TTS_DONE on its events ring after this record: it would arrive after
+        # the turn is written. This record left TTS at the same moment.
+        trace.mark(Stamp.TTS_DONE, record.stamp_ns)
         self._finish(trace)
 
+    def _end(self, turn_id: int) -> None:
+        self._ended.add(turn_id)
+        if len(self._ended) > MAX_ENDED_TURNS:
+            self._ended.discard(min(self._ended))
+
     def _finish(self, trace: TurnTrace) -> None:
+        self._end(trace.turn_id)
         self._traces.write(trace)
         self.finished.append(trace)
         self.sink.on_turn_done(trace)
@@ -153,7 +182,7 @@ class Session:
     def fail(self, turn_id: int, message: str) -> None:
         trace = self.trace(turn_id)
         if not trace.error:
-            self._failed.add(turn_id)
+            self._end(turn_id)
             trace.error = message
             self.sink.on_error(turn_id, message)
             self.turns.pop(turn_id, None)
@@ -167,8 +196,15 @@ class Session:
 
 
 class SessionRouter:
-    def __init__(self, traces: TraceSink, transport: str = "file", mode: str = "streaming") -> None:
+    def __init__(
+        self,
+        traces: TraceSink,
+        transport: str = "file",
+        mode: str = "streaming",
+        models: tuple[str, str, str] = ("", "", ""),
+    ) -> None:
         self.sessions: dict[int, Session] = {}
+        self._models = models
         self._ids = itertools.count(1)
         self._traces = traces
         self._transport = transport
@@ -177,7 +213,12 @@ class SessionRouter:
 
     def open(self, sink: Sink, transport: str | None = None) -> Session:
         session = Session(
-            next(self._ids), sink, self._traces, transport or self._transport, self._mode
+            next(self._ids),
+            sink,
+            self._traces,
+            transport or self._transport,
+            self._mode,
+            self._models,
         )
         self.sessions[session.session_id] = session
         return session

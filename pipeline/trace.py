@@ -8,11 +8,15 @@ sample leaving the pipeline minus the end of the user's speech.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from ipc.records import Stamp
+
+log = logging.getLogger("voxrelay.trace")
 
 # (field name, stamp) for the timestamps a trace reports.
 _STAMP_FIELDS: tuple[tuple[str, Stamp], ...] = (
@@ -53,6 +57,9 @@ class TurnTrace:
     asr_decode_ms: float = 0.0
     error: str = ""
     barge_in_ns: int = 0  # the user spoke over this turn's reply: it was cut here
+    asr_model: str = ""
+    llm_model: str = ""
+    tts_voice: str = ""
 
     def mark(self, point: Stamp, at_ns: int) -> None:
         # The first stamp of a kind wins: a retried stage must not move it later.
@@ -64,6 +71,9 @@ class TurnTrace:
             "turn": self.turn_id,
             "transport": self.transport,
             "mode": self.mode,
+            "asr_model": self.asr_model,
+            "llm_model": self.llm_model,
+            "tts_voice": self.tts_voice,
         }
         for name, point in _STAMP_FIELDS:
             row[name] = self.stamps.get(point)
@@ -76,9 +86,15 @@ class TurnTrace:
             if self.audio_out_rate
             else 0.0
         )
+        row["audio_played_ms"] = row["audio_out_ms"]
+        if self.barge_in_ns and self.first_audio_out_ns:
+            # The sink plays at 1x from the first sample: the cut ends what was heard.
+            heard_ms = max(0.0, (self.barge_in_ns - self.first_audio_out_ns) / 1e6)
+            row["audio_played_ms"] = round(min(row["audio_out_ms"], heard_ms), 1)
         row["asr_decode_ms"] = round(self.asr_decode_ms, 2)
         row["prefill_tokens"] = self.prefill_tokens
         row["prefill_early_tokens"] = self.prefill_early_tokens
+        row["prefill_late_tokens"] = self.prefill_tokens - self.prefill_early_tokens
         row["transcript"] = self.transcript
         row["reply_text"] = self.reply_text
         row["barge_in_ns"] = self.barge_in_ns or None
@@ -86,16 +102,27 @@ class TurnTrace:
         return row
 
 
+TraceObserver = Callable[[dict[str, Any]], None]
+
+
 class TraceSink:
-    """Appends one JSON line per finished utterance; a no-op without a path."""
+    """Appends one JSON line per finished utterance (a no-op without a path) and hands the
+    same row to each observer (Prometheus metrics, OpenTelemetry export)."""
 
     def __init__(self, path: Path | None) -> None:
         self._file: IO[str] | None = path.open("a", encoding="utf-8") if path else None
+        self.observers: list[TraceObserver] = []
 
     def write(self, trace: TurnTrace) -> None:
+        row = trace.to_dict()
         if self._file is not None:
-            self._file.write(json.dumps(trace.to_dict()) + "\n")
+            self._file.write(json.dumps(row) + "\n")
             self._file.flush()
+        for observer in self.observers:
+            try:
+                observer(row)
+            except Exception:  # telemetry must never cost a turn: log and go on
+                log.exception("trace observer %r failed", observer)
 
     def close(self) -> None:
         if self._file is not None:

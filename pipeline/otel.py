@@ -1,0 +1,146 @@
+"""OpenTelemetry export of turn traces: one span per turn, a child span per stage.
+
+Optional (the `otel` extra). Nothing is imported and nothing runs unless an OTLP
+endpoint is configured through the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); the SDK itself reads those and the rest
+(`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`, ...). Spans are built after the
+turn has finished, from the trace row's monotonic stamps: the hot path never touches
+the SDK, and a slow collector costs no latency (the batch processor exports from its
+own thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+log = logging.getLogger("voxrelay.otel")
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+# (span name, start field, end field, attributes copied from the row): the stage spans
+# under a turn, each present when both of its stamps are.
+STAGE_SPANS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("user.speech", "speech_start_ns", "speech_end_ns", ("prefill_early_tokens",)),
+    ("asr.endpointing", "speech_end_ns", "asr_final_ns", ("asr_decode_ms", "asr_model")),
+    ("llm.ttft", "asr_final_ns", "llm_first_token_ns", ("prefill_tokens", "prefill_late_tokens")),
+    ("llm.decode", "llm_first_token_ns", "llm_done_ns", ("llm_model",)),
+    ("tts.first_audio", "llm_first_token_ns", "tts_first_audio_ns", ("tts_voice",)),
+    ("tts.synthesis", "tts_first_audio_ns", "tts_done_ns", ()),
+    ("pipeline.out", "tts_first_audio_ns", "first_audio_out_ns", ()),
+)
+TURN_ATTRIBUTES = (
+    "session",
+    "turn",
+    "transport",
+    "mode",
+    "asr_model",
+    "llm_model",
+    "tts_voice",
+    "endpoint_ms",
+    "llm_ttft_ms",
+    "tts_first_audio_ms",
+    "ttfa_ms",
+    "audio_out_ms",
+    "audio_played_ms",
+    "prefill_tokens",
+    "prefill_early_tokens",
+)
+
+
+def exporter_from_env(environ: Mapping[str, str] | None = None) -> TurnSpans | None:
+    """A `TurnSpans` exporting over OTLP/HTTP, or None when no endpoint is configured
+    or the `otel` extra is not installed (then a warning says so)."""
+    variables = os.environ if environ is None else environ
+    if not any(variables.get(name) for name in ENDPOINT_VARIABLES):
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        log.warning(
+            "%s is set but OpenTelemetry is not installed: pip install 'voxrelay[otel]'",
+            " or ".join(ENDPOINT_VARIABLES),
+        )
+        return None
+    return TurnSpans(OTLPSpanExporter(), batch=True)
+
+
+class TurnSpans:
+    """Turns finished trace rows into spans; `export_turn` is a `TraceSink` observer."""
+
+    def __init__(self, exporter: SpanExporter, batch: bool = True) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+        # Resource.create() honours OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+        self._provider = TracerProvider(resource=Resource.create({"service.name": "voxrelay"}))
+        processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+        self._provider.add_span_processor(processor)
+        self._tracer = self._provider.get_tracer("voxrelay.pipeline")
+        # OTLP wants epoch times; the stamps are CLOCK_MONOTONIC. One offset, taken once,
+        # maps them: durations stay exactly the monotonic ones.
+        self._epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
+
+    def export_turn(self, row: dict[str, Any]) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace import Status, StatusCode
+
+        stamps = [
+            row[name]
+            for name in row
+            if name.endswith("_ns") and isinstance(row[name], int) and row[name] > 0
+        ]
+        if not stamps:
+            return  # a turn that failed before any stage stamped it: nothing to place
+        start_ns = min(stamps)
+        end_ns = max(stamps)
+        playback = _playback(row)
+        if playback is not None:
+            end_ns = max(end_ns, playback[1])
+        attributes = {k: row[k] for k in TURN_ATTRIBUTES if row.get(k) not in (None, "")}
+        if row.get("barge_in_ns"):
+            attributes["barge_in"] = True
+        turn = self._tracer.start_span(
+            "voxrelay.turn", start_time=self._epoch(start_ns), attributes=attributes
+        )
+        if row.get("error"):
+            turn.set_status(Status(StatusCode.ERROR, str(row["error"])))
+        context = trace.set_span_in_context(turn)
+        for name, first, last, keys in STAGE_SPANS:
+            begin, end = row.get(first), row.get(last)
+            if begin and end and end >= begin:
+                self._child(name, context, begin, end, {k: row[k] for k in keys if row.get(k)})
+        if playback is not None:
+            self._child("playback", context, *playback, {"audio_ms": row["audio_played_ms"]})
+        turn.end(end_time=self._epoch(end_ns))
+
+    def _child(
+        self, name: str, context: Any, begin_ns: int, end_ns: int, attributes: dict[str, Any]
+    ) -> None:
+        span = self._tracer.start_span(
+            name, context=context, start_time=self._epoch(begin_ns), attributes=attributes
+        )
+        span.end(end_time=self._epoch(end_ns))
+
+    def _epoch(self, monotonic_ns: int) -> int:
+        return monotonic_ns + self._epoch_offset_ns
+
+    def shutdown(self) -> None:
+        """Flush spans still queued and stop the exporter."""
+        self._provider.shutdown()
+
+
+def _playback(row: dict[str, Any]) -> tuple[int, int] | None:
+    """(start, end) of the reply as the listener heard it: 1x from the first sample."""
+    first = row.get("first_audio_out_ns")
+    played_ms = row.get("audio_played_ms") or 0.0
+    if not first or played_ms <= 0:
+        return None
+    return first, first + int(played_ms * 1e6)
