@@ -12,6 +12,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from typing import cast
 
 from pipeline.sip import g711
 from pipeline.sip.bridge import CallBridge
@@ -61,8 +62,8 @@ class RtpPort(asyncio.DatagramProtocol):
         return port
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self._transport = transport
+        # Python 3.11's selector transport does not subclass DatagramTransport.
+        self._transport = cast(asyncio.DatagramTransport, transport)
 
     def update(self, answer: Answer, peer: Address, held: bool) -> None:
         """A re-INVITE: new codec, address or hold state; the stream keeps its SSRC."""

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 from pipeline.sip import message
 from pipeline.sip.bridge import SessionHost
@@ -72,8 +73,8 @@ class SipServer(asyncio.DatagramProtocol):
             self._transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self._transport = transport
+        # Python 3.11's selector transport does not subclass DatagramTransport.
+        self._transport = cast(asyncio.DatagramTransport, transport)
 
     def _sendto(self, data: bytes, address: Address) -> None:
         if self._transport is not None:
