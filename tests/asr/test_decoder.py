@@ -1,0 +1,30 @@
+"""The decoder's loop check, and the short encoder window on a real clip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from asr.config import ASRConfig
+from asr.decoder import WhisperDecoder, _starts_over
+from tests.asr.clipdata import read_clip, silence, trim
+
+
+def test_restart_loops_are_recognised() -> None:
+    assert _starts_over("Go forward 10 meters. Go forward 10 meters. Go forward")
+    assert _starts_over("ten of clubs ten of clubs")
+    assert not _starts_over("ten of clubs")
+    assert not _starts_over("five five")
+    # A repeated phrase that is not the opening is ordinary speech.
+    assert not _starts_over("I said the red one, the red one, please")
+
+
+def test_short_window_decodes_a_real_clip_without_retry(clips: Path, models) -> None:
+    whisper, _vad = models
+    decoder = WhisperDecoder(whisper, ASRConfig())
+    audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(0.2)])
+    transcript = decoder.decode(audio)
+    assert transcript.text.lower().startswith("go forward")
+    # audio + 2 s of trailing silence, at least encoder_context_s: far below 3000 frames.
+    assert transcript.encoder_frames == 800 and not transcript.retried_full
