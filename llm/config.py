@@ -2,15 +2,61 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DECODE_DTYPES = ("same", "float32", "bfloat16", "float16")
+BACKENDS = ("native", "openai", "vllm")
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences."
 )
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIBackendConfig:
+    """The `openai` backend: any OpenAI-compatible server (`voxrelay llm-serve`, vLLM).
+
+    The API key is read from the environment variable named here, never from config
+    files. `warm_prefix`: send each stable partial prompt as a prefill-only request
+    (max_tokens=1) so the server's prefix cache holds it when the turn ends.
+    """
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "smollm2"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 30.0
+    warm_prefix: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"openai.base_url must start with http:// or https://, got "
+                             f"{self.base_url!r}")  # fmt: skip
+        if not self.model:
+            raise ValueError("openai.model must name the served model (GET /v1/models)")
+        if self.timeout_s <= 0:
+            raise ValueError(f"openai.timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMBackendConfig:
+    """The `vllm` backend: vLLM's async engine inside the LLM process (CUDA).
+
+    `model`: a Hugging Face id or local path; empty means the stage's `model_path` (a
+    GGUF file, which vLLM loads with `tokenizer` naming the original HF tokenizer).
+    Prefix caching and CUDA graphs are always on: they are why this backend exists.
+    """
+
+    model: str = ""
+    tokenizer: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    gpu_memory_utilization: float = 0.5
+    warm_prefix: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"vllm.gpu_memory_utilization must lie in (0, 1], got "
+                             f"{self.gpu_memory_utilization}")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +86,13 @@ class LLMConfig:
     kv_cache_tokens: int = 8192
     enable_prefix_caching: bool = True
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # Which engine serves the stage; the other two settings blocks are ignored.
+    backend: str = "native"
+    # Native engine: decode steps replayed from CUDA graphs per batch-size bucket.
+    # None = on whenever the engine runs on CUDA; True on a CPU is an error.
+    cuda_graphs: bool | None = None
+    openai: OpenAIBackendConfig = field(default_factory=OpenAIBackendConfig)
+    vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_path, Path):
@@ -76,6 +129,14 @@ class LLMConfig:
             )
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if not isinstance(self.openai, OpenAIBackendConfig):
+            raise TypeError(f"openai must be an OpenAIBackendConfig, got {type(self.openai)}")
+        if not isinstance(self.vllm, VLLMBackendConfig):
+            raise TypeError(f"vllm must be a VLLMBackendConfig, got {type(self.vllm)}")
+        if self.cuda_graphs and self.device == "cpu":
+            raise ValueError("cuda_graphs=True needs device 'cuda' or 'auto' (on a CUDA machine)")
         if self.max_prefill_tokens < self.kv_block_size:
             raise ValueError(
                 f"max_prefill_tokens ({self.max_prefill_tokens}) must be >= "

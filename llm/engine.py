@@ -189,13 +189,14 @@ class LLMEngine:
             or seq.num_tokens >= self.config.max_context_tokens
         ):
             reason = "length"
+        cached = seq.num_cached_tokens
         if reason is None:
-            return TokenOutput(seq.request_id, token_id, text, finished=False)
+            return TokenOutput(seq.request_id, token_id, text, False, None, cached)
         text += seq.detokenizer.flush()
         seq.finish_reason = reason
         self.scheduler.remove(seq)
         del self._requests[seq.request_id]
-        return TokenOutput(seq.request_id, token_id, text, finished=True, finish_reason=reason)
+        return TokenOutput(seq.request_id, token_id, text, True, reason, cached)
 
     def _get(self, request_id: int) -> Sequence:
         seq = self._requests.get(request_id)

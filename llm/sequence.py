@@ -8,7 +8,8 @@ from typing import Literal
 
 from llm.tokenizer import IncrementalDetokenizer
 
-FinishReason = Literal["stop", "length", "abort"]
+# "error": a remote backend lost its server mid-reply (the stage logs why).
+FinishReason = Literal["stop", "length", "abort", "error"]
 
 
 class SequenceStatus(Enum):
@@ -20,13 +21,17 @@ class SequenceStatus(Enum):
 @dataclass(frozen=True, slots=True)
 class TokenOutput:
     """One generated token of a request: its id, the text it completes, and whether the
-    request ended with it ("stop": end-of-turn token, "length": token or context limit)."""
+    request ended with it ("stop": end-of-turn token, "length": token or context limit).
+
+    `num_cached_tokens`: prompt tokens the prefix cache served (0 where not known yet).
+    """
 
     request_id: int
     token_id: int
     text: str
     finished: bool
     finish_reason: FinishReason | None = None
+    num_cached_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)

@@ -31,7 +31,8 @@ from ipc.records import (
     Stamp,
     split_text_pair,
 )
-from llm.config import LLMConfig
+from llm.backend import REPLY_HEADER, LLMBackend, create_backend
+from llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
 from llm.engine import LLMEngine
 from pipeline.models import asset_path
 from pipeline.worker import Events, TableHandler
@@ -43,7 +44,7 @@ class _OpenPrompt:
 
     request_id: int
     turn_id: int
-    token_ids: list[int]
+    prompt: str
 
 
 @dataclass(slots=True)
@@ -61,6 +62,11 @@ def llm_config(settings: dict[str, Any]) -> LLMConfig:
     values = dict(settings)
     default_model = asset_path(str(values.pop("model", "smollm2"))) / "model.gguf"
     values["model_path"] = Path(values.get("model_path", default_model))
+    # Backend settings arrive as JSON objects: {"backend": "openai", "openai": {...}}.
+    if isinstance(values.get("openai"), dict):
+        values["openai"] = OpenAIBackendConfig(**values["openai"])
+    if isinstance(values.get("vllm"), dict):
+        values["vllm"] = VLLMBackendConfig(**values["vllm"])
     return LLMConfig(**values)
 
 
@@ -88,11 +94,29 @@ class Dialogue:
                 return ids[-budget:]
             self.exchanges.pop(0)  # drop the oldest exchange first
 
+    def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
+        """The ChatML prompt for a new user turn, fitted to leave room for a full reply:
+        the oldest exchanges go first, then the oldest words of an overlong turn."""
+        budget = config.max_context_tokens - config.max_new_tokens
+        while True:
+            system = {"role": "system", "content": self.system_prompt or config.system_prompt}
+            user = {"role": "user", "content": user_text}
+            text = backend.render([system, *self.messages(), user])
+            if backend.count_tokens(text) <= budget:
+                return text
+            if self.exchanges:
+                self.exchanges.pop(0)
+                continue
+            words = user_text.split()
+            if len(words) < 2:
+                return text  # the backend rejects it with a ValueError the stage reports
+            user_text = " ".join(words[max(1, len(words) // 4) :])
+
 
 class LLMHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = llm_config(config)
-        self.engine = LLMEngine(self.config)
+        self.backend = create_backend(self.config)
         self.out = out
         self.events = events
         self.dialogues: dict[int, Dialogue] = {}
@@ -100,9 +124,6 @@ class LLMHandler(TableHandler):
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
         self.open_prompts: dict[int, _OpenPrompt] = {}  # by session
         self._request_ids = itertools.count(1)
-        # The ChatML tokens that close the user's message and open the reply: a prompt
-        # for partial words is the final prompt without them.
-        self._reply_header = self.engine.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.PARTIAL: self._on_partial,
             RecordKind.FINAL: self._on_final,
@@ -118,29 +139,25 @@ class LLMHandler(TableHandler):
         if not stable:
             return
         dialogue = self._dialogue(record.session_id)
-        ids = dialogue.prompt_ids(self.engine, self.config, stable)
-        header = len(self._reply_header)
-        if ids[-header:] != self._reply_header:
-            return  # truncated to fit the context: nothing sensible to warm
-        ids = ids[:-header]
+        prompt = dialogue.prompt_text(self.backend, self.config, stable)
+        if not prompt.endswith(REPLY_HEADER):
+            return  # not a ChatML prompt: nothing sensible to warm
+        prompt = prompt[: -len(REPLY_HEADER)]
         current = self.open_prompts.get(record.session_id)
-        if (
-            current is not None
-            and current.turn_id == record.turn_id
-            and ids[: len(current.token_ids)] == current.token_ids
-        ):
-            self.engine.append_tokens(current.request_id, ids[len(current.token_ids) :])
-            current.token_ids = ids
+        if current is not None and current.turn_id == record.turn_id:
+            if prompt != current.prompt:  # a revised word is replaced by the backend
+                self.backend.extend(current.request_id, prompt)
+                current.prompt = prompt
             return
         self._drop_open_prompt(record.session_id)
         request_id = next(self._request_ids)
-        self.engine.add_request(request_id, ids, prompt_complete=False)
-        self.open_prompts[record.session_id] = _OpenPrompt(request_id, record.turn_id, ids)
+        self.backend.open(request_id, prompt)
+        self.open_prompts[record.session_id] = _OpenPrompt(request_id, record.turn_id, prompt)
 
     def _drop_open_prompt(self, session_id: int) -> None:
         stale = self.open_prompts.pop(session_id, None)
         if stale is not None:
-            self.engine.abort(stale.request_id)  # computed blocks stay in the prefix cache
+            self.backend.abort(stale.request_id)  # computed blocks stay in the prefix cache
 
     def _on_final(self, record: Record) -> None:
         text = record.payload[FINAL_INFO.size :].decode("utf-8", errors="replace").strip()
@@ -148,25 +165,21 @@ class LLMHandler(TableHandler):
             self._drop_open_prompt(record.session_id)
             return
         dialogue = self._dialogue(record.session_id)
-        ids = dialogue.prompt_ids(self.engine, self.config, text)
+        prompt = dialogue.prompt_text(self.backend, self.config, text)
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
         open_prompt = self.open_prompts.pop(record.session_id, None)
-        if (
-            open_prompt is not None
-            and open_prompt.turn_id == record.turn_id
-            and ids[: len(open_prompt.token_ids)] == open_prompt.token_ids
-        ):
+        if open_prompt is not None and open_prompt.turn_id == record.turn_id:
+            # Completed with what the final transcript adds, or replaced where it revised
+            # a stable word (the backend decides; its prefix cache keeps the shared part).
             request_id = open_prompt.request_id
-            reply.early_tokens = self.engine.num_computed_tokens(request_id)
-            self.engine.append_tokens(request_id, ids[len(open_prompt.token_ids) :])
-            self.engine.start_decode(request_id)
+            reply.early_tokens = self.backend.prefilled_tokens(request_id)
         else:
-            if open_prompt is not None:  # the final transcript revised a stable word
-                self.engine.abort(open_prompt.request_id)
+            if open_prompt is not None:
+                self.backend.abort(open_prompt.request_id)
             request_id = next(self._request_ids)
-            self.engine.add_request(request_id, ids)
+        self.backend.submit(request_id, prompt)
         self.replies[request_id] = reply
-        reply.prompt_tokens = len(ids)
+        reply.prompt_tokens = self.backend.count_tokens(prompt)
 
     def _on_end_of_input(self, record: Record) -> None:
         if any(r.session_id == record.session_id for r in self.replies.values()):
@@ -191,7 +204,7 @@ class LLMHandler(TableHandler):
         limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
         for request_id, reply in list(self.replies.items()):
             if reply.session_id == record.session_id and reply.turn_id < limit:
-                self.engine.abort(request_id)
+                self.backend.abort(request_id)
                 del self.replies[request_id]
         open_prompt = self.open_prompts.get(record.session_id)
         if open_prompt is not None and open_prompt.turn_id < limit:
@@ -200,9 +213,9 @@ class LLMHandler(TableHandler):
             self.dialogues.pop(record.session_id, None)
 
     def step(self) -> bool:
-        if not self.engine.has_pending_work():
+        if not self.backend.has_pending_work():
             return False
-        for output in self.engine.step():
+        for output in self.backend.step():
             reply = self.replies.get(output.request_id)
             if reply is None:
                 continue
@@ -210,7 +223,7 @@ class LLMHandler(TableHandler):
                 self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_FIRST_TOKEN)
                 # Ready before the end of the turn: prefilled from partials, or served by
                 # the prefix cache (system prompt, dialogue, shared partial blocks).
-                early = max(reply.early_tokens, self.engine.num_cached_tokens(output.request_id))
+                early = max(reply.early_tokens, output.num_cached_tokens)
                 self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_PREFILL,
                                   reply.prompt_tokens, text=str(early))  # fmt: skip
             reply.parts.append(output.text)
@@ -226,7 +239,7 @@ class LLMHandler(TableHandler):
             self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=output.text)
             if output.finished:
                 self._finish(output.request_id, reply, str(output.finish_reason))
-        return self.engine.has_pending_work()
+        return self.backend.has_pending_work()
 
     def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
         del self.replies[request_id]

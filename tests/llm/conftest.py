@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,3 +56,21 @@ def engine(shared_engine: LLMEngine) -> Iterator[LLMEngine]:
     assert not shared_engine.has_unfinished(), "test left requests running"
     manager = shared_engine.block_manager
     assert manager.num_free_blocks == len(manager.blocks), "test leaked KV blocks"
+
+
+@pytest.fixture(scope="session")
+def llm_server(model_path: Path) -> Iterator[str]:
+    """A real `voxrelay llm-serve` subprocess (float32 decode, like `shared_engine`, so
+    its greedy text can be compared token for token); yields its /v1 base URL."""
+    command = [sys.executable, "-m", "pipeline.cli", "llm-serve", "--port", "0", "--threads",
+               "2", "--decode-dtype", "same", "--model-path", str(model_path)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # blocks until the model is loaded and listening
+        match = re.search(r"(http://\S+/v1)", line)
+        assert match, f"llm-serve did not start: {line!r}"
+        yield match.group(1)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import LLMConfig
+from llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
 
 MODEL = Path("model.gguf")
 
@@ -27,11 +27,24 @@ def test_defaults_are_valid() -> None:
         ({"max_context_tokens": 32, "max_new_tokens": 60}, "must exceed"),
         ({"kv_cache_tokens": 1024}, "at least one full context"),
         ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"backend": "llamacpp"}, "backend must be one of"),
+        ({"cuda_graphs": True, "device": "cpu"}, "cuda_graphs=True"),
     ],
 )
 def test_invalid_values_are_rejected(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LLMConfig(MODEL, **overrides)  # type: ignore[arg-type]
+
+
+def test_backend_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIBackendConfig(base_url="localhost:8000")
+    with pytest.raises(ValueError, match="timeout_s"):
+        OpenAIBackendConfig(timeout_s=0)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        VLLMBackendConfig(gpu_memory_utilization=1.5)
+    with pytest.raises(TypeError, match="OpenAIBackendConfig"):
+        LLMConfig(MODEL, openai={"base_url": "http://x"})  # type: ignore[arg-type]
 
 
 def test_path_type_and_suffix() -> None:

@@ -1,0 +1,86 @@
+"""The in-process engine behind the backend protocol: open prompts are prefilled for real.
+
+A thin layer: the stage's latency path is the engine's (`add_request(prompt_complete=
+False)` / `append_tokens` / `start_decode` / `step`); the only extra work is keeping the
+ids of each open prompt to send the engine just what a longer prompt adds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from llm.config import LLMConfig
+from llm.engine import LLMEngine
+from llm.sequence import TokenOutput
+
+
+class NativeBackend:
+    def __init__(self, config: LLMConfig, engine: LLMEngine | None = None) -> None:
+        self.engine = LLMEngine(config) if engine is None else engine
+        self.tokenizer = self.engine.tokenizer
+        self._open: dict[int, list[int]] = {}  # ids of each open prompt
+        # The stage counts a prompt's tokens and then opens or submits the same text:
+        # one remembered encoding spares the second pass over a ~300-token prompt.
+        self._last_text = ""
+        self._last_ids: list[int] = []
+
+    def render(self, messages: Sequence[Mapping[str, str]]) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+
+    def count_tokens(self, prompt: str) -> int:
+        return len(self._encode(prompt))
+
+    def open(self, request_id: int, prompt: str) -> None:
+        ids = self._encode(prompt)
+        self.engine.add_request(request_id, ids, prompt_complete=False)
+        self._open[request_id] = ids
+
+    def extend(self, request_id: int, prompt: str) -> None:
+        ids = self._encode(prompt)
+        self._update(request_id, self._open[request_id], ids, prompt_complete=False)
+        self._open[request_id] = ids
+
+    def submit(self, request_id: int, prompt: str) -> None:
+        ids = self._encode(prompt)
+        previous = self._open.pop(request_id, None)
+        if previous is None:
+            self.engine.add_request(request_id, ids)
+            return
+        self._update(request_id, previous, ids, prompt_complete=True)
+
+    def prefilled_tokens(self, request_id: int) -> int:
+        if request_id not in self._open:
+            return 0
+        return self.engine.num_computed_tokens(request_id)
+
+    def abort(self, request_id: int) -> bool:
+        self._open.pop(request_id, None)
+        return self.engine.abort(request_id)
+
+    def step(self) -> list[TokenOutput]:
+        return self.engine.step()
+
+    def has_pending_work(self) -> bool:
+        return self.engine.has_pending_work()
+
+    def close(self) -> None:
+        for request_id in list(self._open):
+            self.abort(request_id)
+
+    def _update(
+        self, request_id: int, previous: list[int], ids: list[int], prompt_complete: bool
+    ) -> None:
+        if ids[: len(previous)] == previous:
+            self.engine.append_tokens(request_id, ids[len(previous) :])
+            if prompt_complete:
+                self.engine.start_decode(request_id)
+            return
+        # A revised word: start over; the prefix cache still serves every full block the
+        # two prompts share, so the rollback costs only the tokens after the divergence.
+        self.engine.abort(request_id)
+        self.engine.add_request(request_id, ids, prompt_complete=prompt_complete)
+
+    def _encode(self, prompt: str) -> list[int]:
+        if prompt != self._last_text:
+            self._last_text, self._last_ids = prompt, self.tokenizer.encode(prompt)
+        return self._last_ids

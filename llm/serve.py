@@ -1,0 +1,192 @@
+"""`voxrelay llm-serve`: the native engine behind an OpenAI-compatible HTTP endpoint.
+
+POST /v1/completions and /v1/chat/completions (SSE with `stream: true`), GET /v1/models
+and GET /health. One engine thread steps for every request (llm/engine_thread.py), so
+concurrent clients share forward passes. A client that disconnects has its request
+aborted at once (aiohttp cancels the handler; the `finally` sends the abort). `usage`
+reports `prompt_tokens_details.cached_tokens`, the prompt tokens the prefix cache
+served, as OpenAI and vLLM do: the `openai` backend's cache warming is checked on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from llm.config import LLMConfig
+from llm.engine import LLMEngine
+from llm.engine_thread import EngineThread
+from llm.openai_api import (
+    APIError,
+    CompletionRequest,
+    ServedModel,
+    choice,
+    envelope,
+    parse_request,
+    usage,
+)
+from llm.sequence import TokenOutput
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port (the chosen one is printed)
+    served_model_name: str = "smollm2"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must lie in [0, 65535], got {self.port}")
+        if not self.served_model_name:
+            raise ValueError("served_model_name must not be empty")
+
+
+def _sse(body: dict[str, Any] | str) -> bytes:
+    data = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class CompletionServer:
+    def __init__(self, engine: LLMEngine, config: ServeConfig) -> None:
+        self.engine_thread = EngineThread(engine)
+        self.tokenizer = engine.tokenizer
+        self.max_context_tokens = engine.config.max_context_tokens
+        self.served = ServedModel(
+            config.served_model_name,
+            engine.config.temperature,
+            engine.config.top_k,
+            engine.config.max_new_tokens,
+        )
+        self.app = web.Application()
+        self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_post("/v1/completions", self.completions)
+        self.app.router.add_post("/v1/chat/completions", self.chat_completions)
+
+    async def models(self, request: web.Request) -> web.Response:
+        model = {"id": self.served.name, "object": "model", "created": 0,
+                 "owned_by": "voxrelay", "max_model_len": self.max_context_tokens}  # fmt: skip
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        stats = self.engine_thread.stats
+        return web.json_response({"status": "ok", "active_requests": self.engine_thread.num_active,
+                                  "steps": stats.steps, "max_batch": stats.max_batch})  # fmt: skip
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=True)
+
+    async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return _error(APIError(400, f"the request body is not valid JSON: {exc}"))
+        try:
+            parsed = parse_request(body, chat, self.tokenizer, self.served)
+        except APIError as exc:
+            return _error(exc)
+        request_id, stream = self.engine_thread.submit(parsed.prompt_ids, parsed.max_tokens)
+        done = False
+        try:
+            first = await stream.get()
+            if isinstance(first, ValueError):  # the engine refused the prompt
+                done = True
+                return _error(APIError(400, str(first), "prompt"))
+            head = envelope(f"cmpl-{request_id}", int(time.time()), self.served.name, chat,
+                            parsed.stream)  # fmt: skip
+            if parsed.stream:
+                response = await self._stream(request, head, parsed, chat, first, stream)
+            else:
+                response = await self._collect(head, parsed, chat, first, stream)
+            done = True
+            return response
+        except ConnectionResetError:  # the client went away mid-stream
+            return web.Response(status=499)
+        finally:
+            if not done:  # disconnect (cancelled handler) or failure: free the engine
+                self.engine_thread.abort(request_id)
+
+    async def _collect(
+        self,
+        head: dict[str, Any],
+        parsed: CompletionRequest,
+        chat: bool,
+        output: TokenOutput,
+        stream: asyncio.Queue[TokenOutput | ValueError],
+    ) -> web.Response:
+        parts, count = [output.text], 1
+        while not output.finished:
+            item = await stream.get()
+            assert isinstance(item, TokenOutput)
+            output = item
+            parts.append(output.text)
+            count += 1
+        entry = choice("".join(parts), output.finish_reason, chat, streaming=False)
+        tokens = usage(len(parsed.prompt_ids), count, output.num_cached_tokens)
+        body = {**head, "choices": [entry], "usage": tokens}
+        return web.json_response(body)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        head: dict[str, Any],
+        parsed: CompletionRequest,
+        chat: bool,
+        output: TokenOutput,
+        stream: asyncio.Queue[TokenOutput | ValueError],
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        if chat:  # the first chat chunk announces the role, as OpenAI's does
+            opening = {"index": 0, "delta": {"role": "assistant", "content": ""},
+                       "logprobs": None, "finish_reason": None}  # fmt: skip
+            await response.write(_sse({**head, "choices": [opening]}))
+        count = 1
+        while True:
+            entry = choice(output.text, output.finish_reason, chat, streaming=True)
+            await response.write(_sse({**head, "choices": [entry]}))
+            if output.finished:
+                break
+            item = await stream.get()
+            assert isinstance(item, TokenOutput)
+            output = item
+            count += 1
+        if parsed.include_usage:
+            tokens = usage(len(parsed.prompt_ids), count, output.num_cached_tokens)
+            await response.write(_sse({**head, "choices": [], "usage": tokens}))
+        await response.write(_sse("[DONE]"))
+        await response.write_eof()
+        return response
+
+
+def _error(error: APIError) -> web.Response:
+    return web.json_response(error.body(), status=error.status)
+
+
+async def serve_forever(llm_config: LLMConfig, config: ServeConfig) -> None:
+    """Load the model, listen, and serve until cancelled (Ctrl-C)."""
+    server = CompletionServer(LLMEngine(llm_config), config)
+    # handler_cancellation: a client disconnect cancels its handler, which aborts the
+    # request in the engine instead of decoding a reply nobody reads.
+    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    for host, port in (address[:2] for address in runner.addresses):
+        print(f"llm-serve: listening on http://{host}:{port}/v1 (model "
+              f"{config.served_model_name!r})", flush=True)  # fmt: skip
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        server.engine_thread.close()
