@@ -106,23 +106,6 @@ def _cmd_audiosocket(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_llm_serve(args: argparse.Namespace) -> int:
-    from llm.config import LLMConfig
-    from llm.serve import ServeConfig, serve_forever
-    from pipeline.models import asset_path
-
-    model_path = Path(args.model_path) if args.model_path else asset_path("smollm2") / "model.gguf"
-    llm = LLMConfig(
-        model_path,
-        num_threads=args.threads,
-        decode_dtype=args.decode_dtype,
-        temperature=args.temperature,
-        max_num_seqs=args.max_num_seqs,
-    )
-    asyncio.run(serve_forever(llm, ServeConfig(args.host, args.port, args.served_model_name)))
-    return 0
-
-
 def _cmd_mic(args: argparse.Namespace) -> int:
     from pipeline.config import PipelineConfig
     from pipeline.mic import MicConfig, device_arg, run_mic
@@ -145,6 +128,17 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     for path in args.files:
         text = transcribe_file(Path(path), config)
         print(json.dumps({"file": path, "text": text}) if args.json else f"{path}: {text}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pipeline.report import load_rows, write_report
+
+    rows = load_rows(Path(args.traces))
+    if not rows:
+        raise ValueError(f"{args.traces} holds no trace records")
+    page, png = write_report(rows, Path(args.output))
+    print(f"wrote {page} and {png} ({len(rows)} utterances)")
     return 0
 
 
@@ -200,21 +194,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
     serve.set_defaults(func=_cmd_serve)
 
-    llm_serve = sub.add_parser(
-        "llm-serve", help="the LLM engine behind an OpenAI-compatible HTTP endpoint"
-    )
-    llm_serve.add_argument("--host", default="127.0.0.1")
-    llm_serve.add_argument("--port", type=int, default=8000, help="0: any free port")
-    llm_serve.add_argument("--model-path", help="GGUF file (default: the bundled SmolLM2)")
-    llm_serve.add_argument("--served-model-name", default="smollm2")
-    llm_serve.add_argument("--threads", type=int, default=None, help="CPU threads")
-    llm_serve.add_argument(
-        "--decode-dtype", default="bfloat16", choices=("same", "float32", "bfloat16", "float16")
-    )
-    llm_serve.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    llm_serve.add_argument("--max-num-seqs", type=int, default=8, help="requests per batch")
-    llm_serve.set_defaults(func=_cmd_llm_serve)
-
     mic = sub.add_parser("mic", help="talk through the local microphone and speakers")
     mic.add_argument("--input-device", help="PortAudio input index or name (default: system's)")
     mic.add_argument("--output-device", help="PortAudio output index or name (default: system's)")
@@ -263,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--model", choices=("tiny.en", "base"), default="tiny.en")
     transcribe.add_argument("--json", action="store_true")
     transcribe.set_defaults(func=_cmd_transcribe)
+
+    report = sub.add_parser("report", help="HTML + PNG latency report of a traces.jsonl")
+    report.add_argument("traces", help="JSONL written by --trace")
+    report.add_argument(
+        "-o", "--output", default="report.html", help="HTML page; the PNG goes next to it"
+    )
+    report.set_defaults(func=_cmd_report)
     return parser
 
 

@@ -17,6 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pipeline.trace import stage_intervals
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -24,17 +26,15 @@ log = logging.getLogger("voxrelay.otel")
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
-# (span name, start field, end field, attributes copied from the row): the stage spans
-# under a turn, each present when both of its stamps are.
-STAGE_SPANS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("user.speech", "speech_start_ns", "speech_end_ns", ("prefill_early_tokens",)),
-    ("asr.endpointing", "speech_end_ns", "asr_final_ns", ("asr_decode_ms", "asr_model")),
-    ("llm.ttft", "asr_final_ns", "llm_first_token_ns", ("prefill_tokens", "prefill_late_tokens")),
-    ("llm.decode", "llm_first_token_ns", "llm_done_ns", ("llm_model",)),
-    ("tts.first_audio", "llm_first_token_ns", "tts_first_audio_ns", ("tts_voice",)),
-    ("tts.synthesis", "tts_first_audio_ns", "tts_done_ns", ()),
-    ("pipeline.out", "tts_first_audio_ns", "first_audio_out_ns", ()),
-)
+# Row fields copied onto a stage span (the spans are `pipeline.trace.STAGE_INTERVALS`).
+SPAN_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "user.speech": ("prefill_early_tokens",),
+    "asr.endpointing": ("asr_decode_ms", "asr_model"),
+    "llm.ttft": ("prefill_tokens", "prefill_late_tokens"),
+    "llm.decode": ("llm_model",),
+    "tts.first_audio": ("tts_voice",),
+    "playback": ("audio_played_ms",),
+}
 TURN_ATTRIBUTES = (
     "session",
     "turn",
@@ -99,11 +99,9 @@ class TurnSpans:
         ]
         if not stamps:
             return  # a turn that failed before any stage stamped it: nothing to place
+        stages = stage_intervals(row)
         start_ns = min(stamps)
-        end_ns = max(stamps)
-        playback = _playback(row)
-        if playback is not None:
-            end_ns = max(end_ns, playback[1])
+        end_ns = max([*stamps, *(end for _, _, end in stages)])
         attributes = {k: row[k] for k in TURN_ATTRIBUTES if row.get(k) not in (None, "")}
         if row.get("barge_in_ns"):
             attributes["barge_in"] = True
@@ -113,12 +111,9 @@ class TurnSpans:
         if row.get("error"):
             turn.set_status(Status(StatusCode.ERROR, str(row["error"])))
         context = trace.set_span_in_context(turn)
-        for name, first, last, keys in STAGE_SPANS:
-            begin, end = row.get(first), row.get(last)
-            if begin and end and end >= begin:
-                self._child(name, context, begin, end, {k: row[k] for k in keys if row.get(k)})
-        if playback is not None:
-            self._child("playback", context, *playback, {"audio_ms": row["audio_played_ms"]})
+        for name, begin, end in stages:
+            keys = SPAN_ATTRIBUTES.get(name, ())
+            self._child(name, context, begin, end, {k: row[k] for k in keys if row.get(k)})
         turn.end(end_time=self._epoch(end_ns))
 
     def _child(
@@ -135,12 +130,3 @@ class TurnSpans:
     def shutdown(self) -> None:
         """Flush spans still queued and stop the exporter."""
         self._provider.shutdown()
-
-
-def _playback(row: dict[str, Any]) -> tuple[int, int] | None:
-    """(start, end) of the reply as the listener heard it: 1x from the first sample."""
-    first = row.get("first_audio_out_ns")
-    played_ms = row.get("audio_played_ms") or 0.0
-    if not first or played_ms <= 0:
-        return None
-    return first, first + int(played_ms * 1e6)

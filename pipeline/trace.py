@@ -39,6 +39,33 @@ _DERIVED: tuple[tuple[str, str, str], ...] = (
     ("llm_total_ms", "llm_done_ns", "asr_final_ns"),
 )
 
+# (stage name, start field, end field): the intervals of a turn that reports and spans
+# draw, each present when both of its stamps are. Playback is `playback_interval`.
+STAGE_INTERVALS: tuple[tuple[str, str, str], ...] = (
+    ("user.speech", "speech_start_ns", "speech_end_ns"),
+    ("asr.endpointing", "speech_end_ns", "asr_final_ns"),
+    ("llm.ttft", "asr_final_ns", "llm_first_token_ns"),
+    ("llm.decode", "llm_first_token_ns", "llm_done_ns"),
+    ("tts.first_audio", "llm_first_token_ns", "tts_first_audio_ns"),
+    ("tts.synthesis", "tts_first_audio_ns", "tts_done_ns"),
+    ("pipeline.out", "tts_first_audio_ns", "first_audio_out_ns"),
+)
+
+
+def stage_intervals(row: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(stage, start ns, end ns) of a trace row: the stages it reached, then playback."""
+    found = []
+    for name, first, last in STAGE_INTERVALS:
+        begin, end = row.get(first), row.get(last)
+        if begin and end and end >= begin:
+            found.append((name, begin, end))
+    first_out = row.get("first_audio_out_ns")
+    played_ms = row.get("audio_played_ms") or 0.0
+    if first_out and played_ms > 0:
+        # The sink plays at 1x from the first sample on.
+        found.append(("playback", first_out, first_out + int(played_ms * 1e6)))
+    return found
+
 
 @dataclass(slots=True)
 class TurnTrace:
