@@ -84,6 +84,14 @@ def create_ring(capacity_bytes: int, name: str = "voxrelay-ring") -> RingFds:
     return RingFds(memory, doorbell, space)
 
 
+def dropped_records(fds: RingFds) -> int:
+    """Records the ring's producer dropped because it was full (`block=False` sends),
+    read from the shared control block: any process holding the fds can count them."""
+    with mmap.mmap(fds.memory, CONTROL_BYTES, prot=mmap.PROT_READ) as control:
+        dropped: int = _PRODUCER.unpack_from(control, _PRODUCER_AT)[2]
+    return dropped
+
+
 def _drain(fd: int) -> int:
     try:
         return os.eventfd_read(fd)

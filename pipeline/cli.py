@@ -106,6 +106,23 @@ def _cmd_audiosocket(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_llm_serve(args: argparse.Namespace) -> int:
+    from llm.config import LLMConfig
+    from llm.serve import ServeConfig, serve_forever
+    from pipeline.models import asset_path
+
+    model_path = Path(args.model_path) if args.model_path else asset_path("smollm2") / "model.gguf"
+    llm = LLMConfig(
+        model_path,
+        num_threads=args.threads,
+        decode_dtype=args.decode_dtype,
+        temperature=args.temperature,
+        max_num_seqs=args.max_num_seqs,
+    )
+    asyncio.run(serve_forever(llm, ServeConfig(args.host, args.port, args.served_model_name)))
+    return 0
+
+
 def _cmd_mic(args: argparse.Namespace) -> int:
     from pipeline.config import PipelineConfig
     from pipeline.mic import MicConfig, device_arg, run_mic
@@ -193,6 +210,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
     serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
     serve.set_defaults(func=_cmd_serve)
+
+    llm_serve = sub.add_parser(
+        "llm-serve", help="the LLM engine behind an OpenAI-compatible HTTP endpoint"
+    )
+    llm_serve.add_argument("--host", default="127.0.0.1")
+    llm_serve.add_argument("--port", type=int, default=8000, help="0: any free port")
+    llm_serve.add_argument("--model-path", help="GGUF file (default: the bundled SmolLM2)")
+    llm_serve.add_argument("--served-model-name", default="smollm2")
+    llm_serve.add_argument("--threads", type=int, default=None, help="CPU threads")
+    llm_serve.add_argument(
+        "--decode-dtype", default="bfloat16", choices=("same", "float32", "bfloat16", "float16")
+    )
+    llm_serve.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    llm_serve.add_argument("--max-num-seqs", type=int, default=8, help="requests per batch")
+    llm_serve.set_defaults(func=_cmd_llm_serve)
 
     mic = sub.add_parser("mic", help="talk through the local microphone and speakers")
     mic.add_argument("--input-device", help="PortAudio input index or name (default: system's)")

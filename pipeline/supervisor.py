@@ -18,15 +18,17 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ipc.channel import ChannelSpec, make_channel
 from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
-from ipc.ring import Consumer, Producer
+from ipc.ring import Consumer, Producer, dropped_records
 from pipeline.config import PipelineConfig
 from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE
 from pipeline.status import StageStatus
@@ -73,6 +75,11 @@ class Supervisor:
         self._watchdog: asyncio.Task[None] | None = None
         self._closing = False
         self.on_restart: Callable[[str, str], None] = lambda stage, why: None
+        # Stage logs: a private directory removed on a clean stop; kept (and named in the
+        # log) when a stage crashed, or always when VOXRELAY_LOG_DIR names one.
+        self.log_dir = os.environ.get("VOXRELAY_LOG_DIR", "")
+        self._keep_logs = bool(self.log_dir)
+        self.crashed = False
         audio_in = make_channel("shm", config.audio_ring_bytes)
         asr_llm = make_channel(config.transport, config.token_ring_bytes)
         llm_tts = make_channel(config.transport, config.token_ring_bytes)
@@ -86,6 +93,7 @@ class Supervisor:
         self.audio_in = Producer(audio_in.ring)
         self.audio_out = Consumer(audio_out.ring)
         self._channel_specs = [audio_in, asr_llm, llm_tts, audio_out]
+        self._ring_names = ("audio_in", "asr_llm", "llm_tts", "audio_out")
 
     def stage_configs(self) -> dict[str, dict[str, object]]:
         return {"asr": self.config.asr, "llm": self.config.llm, "tts": self.config.tts}
@@ -126,7 +134,7 @@ class Supervisor:
             f"--parent={os.getpid()}",
             f"--config={json.dumps(stage.stage_config)}",
         ]
-        err = open(stage.stderr_path or _stderr_path(stage.name), "ab")  # noqa: SIM115
+        err = open(stage.stderr_path or self._log_path(stage.name), "ab")  # noqa: SIM115
         stage.stderr_path = err.name
         stage.process = subprocess.Popen(
             cmd, pass_fds=stage.fds(), stdin=subprocess.DEVNULL, stdout=err, stderr=err
@@ -142,8 +150,10 @@ class Supervisor:
         while stage.status.ready_ns == 0:
             assert stage.process is not None
             if stage.process.poll() is not None:
+                self.crashed = True
                 raise StageFailed(f"{stage.name} stage exited while starting: {_tail(stage)}")
             if time.monotonic() > deadline:
+                self.crashed = True
                 raise StageFailed(
                     f"{stage.name} stage did not start within "
                     f"{self.config.start_timeout_s:.0f} s: {_tail(stage)}"
@@ -164,7 +174,8 @@ class Supervisor:
         self._restart(stage, f"{stage.name} stage process exited with code {code}")
 
     def _restart(self, stage: StageProcess, why: str) -> None:
-        log.warning("%s; restarting it", why)
+        self.crashed = True
+        log.warning("%s; restarting it (its log: %s)", why, stage.stderr_path)
         # Events it wrote before dying are still in its ring: deliver them first.
         self._drain(stage.name, stage.events)
         if stage.name == "tts":
@@ -205,6 +216,20 @@ class Supervisor:
 
     def is_ready(self, name: str) -> bool:
         return self._stages[name].status.ready_ns != 0
+
+    def ring_drops(self) -> dict[str, int]:
+        """Records dropped by each shared-memory ring's producer because it was full."""
+        rings = {
+            name: spec.ring
+            for name, spec in zip(self._ring_names, self._channel_specs, strict=True)
+            if spec.ring is not None
+        }
+        for stage in self._stages.values():
+            for key in ("control", "events"):
+                ring = stage.specs[key].ring
+                if ring is not None:
+                    rings[f"{stage.name}_{key}"] = ring
+        return {name: dropped_records(ring) for name, ring in rings.items()}
 
     def control(
         self,
@@ -264,19 +289,26 @@ class Supervisor:
         for spec in self._channel_specs:
             if spec.ring is not None:
                 spec.ring.close()
+        self._remove_logs()
+
+    def _log_path(self, name: str) -> str:
+        if not self.log_dir:
+            self.log_dir = tempfile.mkdtemp(prefix=f"voxrelay-{os.getpid()}-")
+        os.makedirs(self.log_dir, exist_ok=True)
+        return os.path.join(self.log_dir, f"{name}.log")
+
+    def _remove_logs(self) -> None:
+        if not self.log_dir or self._keep_logs:
+            return
+        if self.crashed:
+            log.warning("a stage crashed during this run: stage logs kept in %s", self.log_dir)
+            return
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 def stage_environment() -> dict[str, str]:
     """Environment for stage processes: passive OpenMP waiting (see pipeline.openmp)."""
     return {POLICY_VARIABLE: DEFAULT_POLICY, **os.environ}
-
-
-def _stderr_path(name: str) -> str:
-    directory = os.environ.get("VOXRELAY_LOG_DIR") or os.path.join(
-        os.environ.get("TMPDIR", "/tmp"), f"voxrelay-{os.getpid()}"
-    )
-    os.makedirs(directory, exist_ok=True)
-    return os.path.join(directory, f"{name}.log")
 
 
 def _tail(stage: StageProcess, lines: int = 5) -> str:
@@ -285,4 +317,5 @@ def _tail(stage: StageProcess, lines: int = 5) -> str:
             text = f.read()[-4000:].decode(errors="replace").strip().splitlines()
     except OSError:
         return "(no log)"
-    return " | ".join(text[-lines:]) or "(empty log)"
+    tail = " | ".join(text[-lines:]) or "(empty log)"
+    return f"{tail} (log: {stage.stderr_path})"

@@ -2,7 +2,8 @@
 
 `ws://HOST:PORT/v1/voice?sample_rate=16000&output_sample_rate=16000`: binary frames are
 PCM16 mono audio both ways, text frames are JSON control (client) and events (server);
-`docs/protocol.md` is the reference. `GET /` serves `pipeline/web/index.html`.
+`docs/protocol.md` is the reference. `GET /` serves `pipeline/web/index.html`, `GET
+/metrics` the Prometheus metrics (`pipeline/metrics.py`; behind the token when one is set).
 
 Everything a connection can be refused for (path, origin, token, rates, capacity) is
 decided in `process_request`, before the upgrade, with a plain HTTP status. The server
@@ -27,6 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from pipeline.config import PipelineConfig
+from pipeline.metrics import PipelineMetrics
 from pipeline.run import Pipeline
 from pipeline.ws_client import CLOSE_NORMAL, CLOSE_TRY_AGAIN, ClientSession
 
@@ -34,6 +36,7 @@ log = logging.getLogger("voxrelay.ws")
 
 VOICE_PATH = "/v1/voice"
 PAGE_PATHS = ("/", "/index.html")
+METRICS_PATH = "/metrics"
 PAGE = Path(__file__).parent / "web" / "index.html"
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 DEFAULT_SAMPLE_RATE = 16000
@@ -133,9 +136,12 @@ class VoiceServer:
         self.clients: dict[int, ClientSession] = {}
         self._server: Server | None = None
         self._page = PAGE.read_bytes()
+        self._closed_drops = {"input": 0, "reply": 0}  # bytes dropped by closed sessions
+        self.metrics = PipelineMetrics(pipeline, self._client_drops)
 
     async def start(self) -> int:
         """Listen; returns the bound port (useful with port 0)."""
+        self.pipeline.traces.observers.append(self.metrics.observe_turn)
         self._server = await serve(
             self._serve,
             self.config.host,
@@ -153,11 +159,27 @@ class VoiceServer:
         if self._server is not None:
             self._server.close()  # open connections get 1001 (going away)
             await self._server.wait_closed()
+        if self.metrics.observe_turn in self.pipeline.traces.observers:
+            self.pipeline.traces.observers.remove(self.metrics.observe_turn)
+
+    def _client_drops(self) -> dict[str, int]:
+        drops = dict(self._closed_drops)
+        for client in self.clients.values():
+            drops["input"] += client.dropped_input_bytes
+            drops["reply"] += client.dropped_audio_bytes
+        return drops
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
         if url.path in PAGE_PATHS:
             return _response(HTTPStatus.OK, self._page, "text/html; charset=utf-8")
+        if url.path == METRICS_PATH:
+            if self.config.token is not None and not token_presented(
+                request, url.query, self.config.token
+            ):
+                return _refuse(HTTPStatus.UNAUTHORIZED, "/metrics needs the server's token")
+            body, content_type = self.metrics.render()
+            return _response(HTTPStatus.OK, body, content_type)
         if url.path != VOICE_PATH:
             return _refuse(
                 HTTPStatus.NOT_FOUND, f"no such path; the voice endpoint is {VOICE_PATH}"
@@ -209,6 +231,8 @@ class VoiceServer:
         finally:
             writer.cancel()
             self.clients.pop(client.session_id, None)
+            self._closed_drops["input"] += client.dropped_input_bytes
+            self._closed_drops["reply"] += client.dropped_audio_bytes
             client.close()
             log.info(
                 "session %d closed (%d reply bytes dropped)",
