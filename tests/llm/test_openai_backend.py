@@ -1,0 +1,134 @@
+"""The `openai` backend against a real `voxrelay llm-serve` (real sockets, real model)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llm.backend import NO_TOKEN_ID, REPLY_HEADER
+from llm.config import LLMConfig, OpenAIBackendConfig
+from llm.engine import LLMEngine
+from llm.openai_backend import OpenAIBackend
+from llm.sequence import TokenOutput
+
+HISTORY = [
+    {"role": "user", "content": "I'm planning a weekend trip to the mountains."},
+    {"role": "assistant", "content": "Bring warm layers, a rain jacket and good boots."},
+]
+
+
+def make_backend(
+    model_path: Path, base_url: str, max_new_tokens: int = 10, **settings: object
+) -> OpenAIBackend:
+    openai = OpenAIBackendConfig(base_url=base_url, **settings)  # type: ignore[arg-type]
+    return OpenAIBackend(LLMConfig(model_path, max_new_tokens=max_new_tokens, openai=openai))
+
+
+@pytest.fixture
+def backend(model_path: Path, llm_server: str) -> Iterator[OpenAIBackend]:
+    client = make_backend(model_path, llm_server)
+    yield client
+    client.close()
+
+
+def collect(backend: OpenAIBackend, request_id: int, limit_s: float = 30) -> list[TokenOutput]:
+    outputs: list[TokenOutput] = []
+    deadline = time.monotonic() + limit_s
+    while backend.has_pending_work() and time.monotonic() < deadline:
+        outputs += [out for out in backend.step() if out.request_id == request_id]
+    assert outputs and outputs[-1].finished, "the reply did not finish"
+    return outputs
+
+
+def active_requests(base_url: str) -> int:
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health") as response:
+        return int(json.load(response)["active_requests"])
+
+
+@pytest.mark.slow
+def test_streams_the_native_engines_greedy_text(backend: OpenAIBackend, engine: LLMEngine) -> None:
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is the capital of France?"}]  # fmt: skip
+    prompt = backend.render(messages)
+    assert prompt == engine.tokenizer.apply_chat_template(messages)
+    engine.add_request(1, engine.tokenizer.encode(prompt), max_new_tokens=10)
+    expected = []
+    while engine.has_unfinished():
+        expected += [out.text for out in engine.step()]
+    backend.submit(7, prompt)
+    outputs = collect(backend, 7)
+    assert len(outputs) > 1 and all(out.token_id == NO_TOKEN_ID for out in outputs)
+    assert "".join(out.text for out in outputs) == "".join(expected)
+    assert outputs[-1].finish_reason in ("stop", "length")
+
+
+@pytest.mark.slow
+def test_warming_fills_the_servers_prefix_cache(backend: OpenAIBackend, llm_server: str) -> None:
+    # A turn nobody has sent before: without warming only the system prompt is cached.
+    nonce = f"{time.monotonic_ns() % 100_000}"
+    turn = f"Ticket {nonce}: which easy trails near the village suit a beginner on Sunday?"
+    messages = [{"role": "system", "content": "You are a helpful guide."}, *HISTORY]
+    final = backend.render([*messages, {"role": "user", "content": turn}])
+    stable = final.removesuffix(REPLY_HEADER)[: -len(" on Sunday?")]
+    backend.open(1, stable[:-20])
+    backend.extend(1, stable)  # coalesced: waits for the first warm, then replaces it
+    deadline = time.monotonic() + 20
+    warmed = backend.count_tokens(stable)
+    while backend.prefilled_tokens(1) != warmed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert backend.prefilled_tokens(1) == warmed, "the warming request did not complete"
+    backend.submit(1, final)
+    outputs = collect(backend, 1)
+    block = 16
+    assert outputs[-1].num_cached_tokens == warmed // block * block  # every full warm block
+
+    cold_turn = f"Ticket {nonce}9: is the lake trail open in winter, and is it icy?"
+    backend.submit(2, backend.render([*messages, {"role": "user", "content": cold_turn}]))
+    cold = collect(backend, 2)[-1].num_cached_tokens
+    assert cold < warmed // block * block  # the history only, not the new words
+
+
+@pytest.mark.slow
+def test_abort_closes_the_stream_and_the_server_stops(
+    backend: OpenAIBackend, llm_server: str
+) -> None:
+    long = make_backend(backend.config.model_path, llm_server, max_new_tokens=300)
+    try:
+        long.submit(3, long.render([{"role": "user", "content": "Tell me a long story."}]))
+        received: list[TokenOutput] = []
+        while len(received) < 2:
+            received += long.step()
+        assert long.abort(3) and not long.abort(3)
+        assert not long.has_pending_work() and long.step() == []
+        deadline = time.monotonic() + 5
+        while active_requests(llm_server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert active_requests(llm_server) == 0
+    finally:
+        long.close()
+
+
+def test_unreachable_server_ends_the_reply_with_error(model_path: Path) -> None:
+    backend = make_backend(model_path, "http://127.0.0.1:9/v1", timeout_s=2.0)
+    try:
+        backend.submit(1, backend.render([{"role": "user", "content": "Hello?"}]))
+        outputs = collect(backend, 1)
+        assert [(out.finished, out.finish_reason) for out in outputs] == [(True, "error")]
+    finally:
+        backend.close()
+
+
+def test_request_body_is_a_plain_completion(model_path: Path) -> None:
+    backend = make_backend(model_path, "http://127.0.0.1:9/v1", model="m")
+    try:
+        body = backend.request_body("<|im_start|>user\nhi", 1)
+        assert body["model"] == "m" and body["max_tokens"] == 1 and body["stream"]
+        assert body["stop"] == ["<|im_end|>", "<|endoftext|>"] and body["temperature"] == 0.0
+        assert backend.url == "http://127.0.0.1:9/v1/completions"
+    finally:
+        backend.close()
