@@ -72,7 +72,11 @@ class Call:
         """RTP port and pipeline session for the call; returns the SDP answer."""
         answer = negotiate(offer, self.config.codecs)
         self.rtp = await RtpPort.open(
-            self.local[0], answer, (offer.address, offer.port), self.config.jitter_packets
+            self.local[0],
+            answer,
+            (offer.address, offer.port),
+            self.config.jitter_packets,
+            self.source[0],
         )
         self.rtp.update(answer, (offer.address, offer.port), offer.on_hold)
         self.rtp.on_hangup = self.hangup

@@ -2,7 +2,9 @@
 
 Received packets pass the reorder buffer, then go by payload type to the G.711 decoder
 (either law: a codec change by re-INVITE may race the packets) or the DTMF receiver.
-Only the peer's own IP address is heard, and we send only to the address its SDP gave.
+Only the peer is heard (the IP its SDP names, or the one its signalling came from: a
+caller behind NAT advertises an address it cannot send from), and we send only to the
+address its SDP gave.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ _LOST_FRAME = bytes(FRAME_BYTES)  # a packet declared lost plays as 20 ms of sil
 
 
 class RtpPort(asyncio.DatagramProtocol):
-    def __init__(self, answer: Answer, peer: Address, jitter_packets: int) -> None:
+    def __init__(
+        self, answer: Answer, peer: Address, jitter_packets: int, signalling_ip: str
+    ) -> None:
         self.answer = answer
         self.peer = peer
+        self.signalling_ip = signalling_ip
         self.held = False
         self.ssrc = secrets.randbits(32)
         self._sequence = secrets.randbits(16)
@@ -48,10 +53,12 @@ class RtpPort(asyncio.DatagramProtocol):
         self.bad_packets = 0
 
     @classmethod
-    async def open(cls, host: str, answer: Answer, peer: Address, jitter_packets: int) -> RtpPort:
+    async def open(
+        cls, host: str, answer: Answer, peer: Address, jitter_packets: int, signalling_ip: str
+    ) -> RtpPort:
         loop = asyncio.get_running_loop()
         _transport, port = await loop.create_datagram_endpoint(
-            lambda: cls(answer, peer, jitter_packets), local_addr=(host, 0)
+            lambda: cls(answer, peer, jitter_packets, signalling_ip), local_addr=(host, 0)
         )
         return port
 
@@ -81,7 +88,7 @@ class RtpPort(asyncio.DatagramProtocol):
     # Receive.
 
     def datagram_received(self, data: bytes, addr: Address) -> None:
-        if addr[0] != self.peer[0]:
+        if addr[0] != self.peer[0] and addr[0] != self.signalling_ip:
             self.foreign_packets += 1
             return
         try:

@@ -113,14 +113,18 @@ def uri_of(name_addr: str) -> str:
 
 def parse(datagram: bytes) -> SipMessage:
     """One SIP message from a UDP datagram; ValueError says what is wrong."""
-    message = parse_lenient(datagram)
+    message = _parse(datagram, strict=True)
     _validate(message)
     return message
 
 
 def parse_lenient(datagram: bytes) -> SipMessage:
-    """Start line and headers only, not checked for the mandatory ones: enough to address
-    a 400 response to a request that `parse` refused."""
+    """Start line and the well-formed headers, not checked for the mandatory ones: enough
+    to address a 400 response to a request that `parse` refused."""
+    return _parse(datagram, strict=False)
+
+
+def _parse(datagram: bytes, strict: bool) -> SipMessage:
     if len(datagram) > MAX_DATAGRAM_BYTES:
         raise ValueError(f"datagram of {len(datagram)} bytes exceeds {MAX_DATAGRAM_BYTES}")
     head, sep, body = datagram.partition(b"\r\n\r\n")
@@ -145,7 +149,9 @@ def parse_lenient(datagram: bytes) -> SipMessage:
             continue
         name, colon, value = line.partition(":")
         if not colon or not _TOKEN.match(name.strip()):
-            raise ValueError(f"malformed header line {line[:60]!r}")
+            if strict:
+                raise ValueError(f"malformed header line {line[:60]!r}")
+            continue
         message.headers.append((_canonical(name), value.strip()))
     message.body = _body(message, body)
     return message

@@ -1,0 +1,212 @@
+"""Helpers for the real-peer tests: 8 kHz clips, a pcap writer for SIPp, SIPp scenarios,
+a tshark capture on loopback and its RTP read-out."""
+
+import asyncio
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import soxr
+
+from pipeline.audio_io import read_clip, write_wav
+from pipeline.sip import g711
+from pipeline.sip.dtmf import build_event
+from pipeline.sip.rtp import RtpPacket
+
+SIPP = "/usr/bin/sipp"
+BARESIP = "/usr/bin/baresip"
+TSHARK = "/usr/bin/tshark"
+
+
+def missing(*tools: str) -> str | None:
+    absent = [tool for tool in tools if shutil.which(tool) is None]
+    return f"needs {', '.join(absent)} (make system-deps)" if absent else None
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def clip_8k(path: Path, trailing_silence_s: float = 0.0) -> bytes:
+    """A real clip as 8 kHz mono PCM16 (as a phone line would carry it)."""
+    clip = read_clip(path)
+    mono = clip.mono_float()
+    narrow = soxr.resample(mono, clip.sample_rate, 8000)
+    pcm = np.clip(narrow * 32768, -32768, 32767).astype("<i2")
+    return np.concatenate([pcm, np.zeros(int(8000 * trailing_silence_s), "<i2")]).tobytes()
+
+
+def write_8k_wav(path: Path, pcm16: bytes) -> Path:
+    write_wav(path, pcm16, 8000)
+    return path
+
+
+def rtp_stream(pcm16: bytes, digits: str = "") -> list[bytes]:
+    """PCMU packets every 20 ms, then RFC 4733 presses of `digits`; one SSRC, one
+    sequence, so the receiver sees one stream."""
+    packets: list[bytes] = []
+    sequence, timestamp = 1000, 16000
+    for offset in range(0, len(pcm16), 320):
+        frame = pcm16[offset : offset + 320].ljust(320, b"\0")
+        packets.append(RtpPacket(0, sequence, timestamp, 0x1234, g711.encode(frame, "PCMU"),
+                                 offset == 0).to_bytes())  # fmt: skip
+        sequence, timestamp = sequence + 1, timestamp + 160
+    for digit in digits:
+        for duration, end in ((160, False), (320, False), (480, False), (640, True), (640, True)):
+            event = build_event(digit, end, duration)
+            packets.append(RtpPacket(101, sequence, timestamp, 0x1234, event).to_bytes())
+            sequence += 1
+        timestamp += 800
+        for _ in range(10):  # 200 ms of silence between keys
+            silence = bytes([0xFF]) * 160
+            packets.append(RtpPacket(0, sequence, timestamp, 0x1234, silence).to_bytes())
+            sequence, timestamp = sequence + 1, timestamp + 160
+    return packets
+
+
+def write_pcap(path: Path, rtp_packets: list[bytes], src_port: int = 6000, dst_port: int = 6001):
+    """A libpcap file (Ethernet/IPv4/UDP) with one RTP packet every 20 ms, as SIPp's
+    play_pcap_audio reads it (it rewrites addresses and ports to the call's)."""
+    out = bytearray(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    for index, rtp in enumerate(rtp_packets):
+        udp = struct.pack("!HHHH", src_port, dst_port, 8 + len(rtp), 0) + rtp
+        total = 20 + len(udp)
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, index & 0xFFFF, 0, 64, 17, 0,
+                         bytes([127, 0, 0, 1]), bytes([127, 0, 0, 1]))  # fmt: skip
+        checksum = sum(struct.unpack("!10H", ip))
+        checksum = (checksum & 0xFFFF) + (checksum >> 16)
+        ip = (
+            ip[:10]
+            + struct.pack("!H", ~((checksum & 0xFFFF) + (checksum >> 16)) & 0xFFFF)
+            + ip[12:]
+        )
+        frame = bytes(12) + b"\x08\x00" + ip + udp
+        at_us = index * 20_000
+        out += struct.pack("<IIII", at_us // 1_000_000, at_us % 1_000_000, len(frame), len(frame))
+        out += frame
+    path.write_bytes(bytes(out))
+    return path
+
+
+class Capture:
+    """tshark on loopback, UDP only, written to a pcap file until stopped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.process = subprocess.Popen(
+            [TSHARK, "-i", "lo", "-f", "udp", "-w", str(path), "-q"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # tshark creates the file once it captures
+        time.sleep(0.5)
+
+    def stop(self) -> None:
+        time.sleep(0.3)
+        self.process.terminate()
+        self.process.wait(10)
+
+    def rtp_from(self, port: int) -> list[tuple[float, str, int, int, bool]]:
+        """(arrival s, destination ip, destination port, sequence, marker) of every UDP
+        packet the bridge sent from `port`, decoded as RTP."""
+        fields = subprocess.run(
+            [TSHARK, "-r", str(self.path), "-d", f"udp.port=={port},rtp",
+             "-Y", f"udp.srcport=={port}", "-T", "fields", "-e", "frame.time_epoch",
+             "-e", "ip.dst", "-e", "udp.dstport", "-e", "rtp.seq", "-e", "rtp.marker"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        rows = []
+        for line in fields.splitlines():
+            at, dst, dport, seq, marker = line.split("\t")
+            rows.append((float(at), dst, int(dport), int(seq or -1), marker in ("1", "True")))
+        return rows
+
+
+def pacing_jitter_ms(rows: list[tuple[float, str, int, int, bool]]) -> np.ndarray:
+    """|gap - 20 ms| between consecutive packets within talkspurts (a marker starts one)."""
+    deviations = []
+    for previous, current in zip(rows, rows[1:], strict=False):
+        if not current[4]:
+            deviations.append(abs((current[0] - previous[0]) * 1000 - 20))
+    return np.array(deviations)
+
+
+SCENARIO_HEAD = '<?xml version="1.0" encoding="ISO-8859-1" ?>\n<scenario name="{name}">\n'
+INVITE = """  <send retrans="500"><![CDATA[
+INVITE sip:bot@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag[call_number]
+To: <sip:bot@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 INVITE
+Contact: <sip:sipp@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=sipp 1 1 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0 101
+a=rtpmap:0 PCMU/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-15
+]]></send>
+"""
+
+
+def in_dialog(method: str, cseq: int) -> str:
+    return f"""  <send retrans="500"><![CDATA[
+{method} sip:bot@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag[call_number]
+[last_To:]
+Call-ID: [call_id]
+CSeq: {cseq} {method}
+Contact: <sip:sipp@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+"""
+
+
+def run_sipp(scenario: str, tmp: Path, target: tuple[str, int], *args: str, timeout_s=90):
+    path = tmp / "scenario.xml"
+    path.write_text(scenario)
+    errors_path = tmp / "sipp_errors.log"
+    command = [SIPP, f"{target[0]}:{target[1]}", "-sf", str(path), "-m", "1", "-i", "127.0.0.1",
+               "-p", str(free_udp_port()), "-timeout", f"{timeout_s}s", "-timeout_error",
+               "-trace_err", "-error_file", str(errors_path), "-nostdin", *args]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=tmp, capture_output=True, text=True, timeout=timeout_s + 30
+    )
+    errors = errors_path.read_text() if errors_path.exists() else ""
+    return result.returncode, result.stdout[-3000:] + result.stderr[-2000:] + errors[-3000:]
+
+
+class LoopThread:
+    """An event loop in a daemon thread, for servers that blocking peers talk to."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, coro, timeout: float = 180.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
