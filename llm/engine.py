@@ -28,6 +28,7 @@ class EngineState:
     dtype: torch.dtype
     num_kv_blocks: int
     num_threads: int
+    cuda_graphs: bool  # decode steps replayed from CUDA graphs
 
 
 def resolve_state(config: LLMConfig) -> EngineState:
@@ -41,9 +42,11 @@ def resolve_state(config: LLMConfig) -> EngineState:
         dtype = _DTYPES[config.dtype]
     if not use_cuda and config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
-    return EngineState(
-        device, dtype, config.kv_cache_tokens // config.kv_block_size, torch.get_num_threads()
-    )
+    cuda_graphs = use_cuda if config.cuda_graphs is None else config.cuda_graphs
+    if cuda_graphs and not use_cuda:
+        raise ValueError("cuda_graphs=True but the engine runs on the CPU (no CUDA device)")
+    blocks = config.kv_cache_tokens // config.kv_block_size
+    return EngineState(device, dtype, blocks, torch.get_num_threads(), cuda_graphs)
 
 
 class LLMEngine:
@@ -76,6 +79,8 @@ class LLMEngine:
             config.top_k,
             config.seed,
         )
+        if self.state.cuda_graphs:
+            self.runner.enable_cuda_graphs(config.max_context_tokens, config.max_num_seqs)
         self.block_manager = BlockManager(
             self.state.num_kv_blocks, config.kv_block_size, config.enable_prefix_caching
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from llm.cuda_graphs import GraphDecoder, sample_on_device
 from llm.model import LlamaModel
 from llm.scheduler import ScheduledBatch
 
@@ -36,6 +37,23 @@ class ModelRunner:
         self.top_k = top_k
         self.generator = torch.Generator(device=model.device).manual_seed(seed)
         self._block_offsets = torch.arange(block_size, device=model.device)
+        self.graphs: GraphDecoder | None = None  # decode from CUDA graphs when set
+
+    def enable_cuda_graphs(
+        self, max_context_tokens: int, max_num_seqs: int, capture: bool = True
+    ) -> None:
+        """Serve decode steps from static buffers, replayed from CUDA graphs per batch
+        bucket (`capture=False`: the same static-buffer code, run eagerly)."""
+        self.graphs = GraphDecoder(
+            self.model,
+            self.k_cache,
+            self.v_cache,
+            self.block_size,
+            self.scratch_block,
+            max_context_tokens,
+            max_num_seqs,
+            capture,
+        )
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[int | None]:
@@ -44,6 +62,8 @@ class ModelRunner:
         device = self.model.device
         size = self.block_size
         seqs, counts = batch.sequences, batch.num_new_tokens
+        if self.graphs is not None and not batch.is_prefill:
+            return list(self.graphs.decode(seqs, self._sample_on_device))
         new_tokens = max(counts)
         context_lens = [
             seq.num_computed_tokens + count for seq, count in zip(seqs, counts, strict=True)
@@ -91,6 +111,9 @@ class ModelRunner:
             next(sampled) if count == seq.samples_after else None
             for seq, count in zip(seqs, counts, strict=True)
         ]
+
+    def _sample_on_device(self, logits: torch.Tensor) -> torch.Tensor:
+        return sample_on_device(logits, self.temperature, self.top_k, self.generator)
 
     def _sample(self, logits: torch.Tensor) -> list[int]:
         """Next token per row of logits (N, V); greedy when temperature is 0."""
