@@ -164,6 +164,8 @@ def text_pair(first: str, second: str) -> bytes:
 
 
 def split_text_pair(payload: bytes) -> tuple[str, str]:
+    if len(payload) < TEXT_PAIR.size:
+        raise ValueError(f"text pair payload of {len(payload)} bytes has no length field")
     (first_len,) = TEXT_PAIR.unpack_from(payload)
     start = TEXT_PAIR.size
     if start + first_len > len(payload):

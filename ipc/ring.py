@@ -29,7 +29,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ipc.records import HEADER, HEADER_BYTES, Record, RecordKind, padded
+from ipc.records import ALIGN, HEADER, HEADER_BYTES, Record, RecordKind, padded
 
 CONTROL_BYTES = 4096
 MAGIC = 0x56585231  # "VXR1"
@@ -284,15 +284,22 @@ class Consumer(_End):
             return None
         freed = 0
         position = self._tail % self.capacity
+        if position % ALIGN:
+            raise RingCorrupt(f"ring read position {position} is not {ALIGN}-byte aligned")
         length, kind = _PAD_HEADER.unpack_from(self._data, position)
         if kind == RecordKind.PAD:
+            # The producer pads exactly to the end of the ring, and never twice running.
+            if length != self.capacity - position:
+                raise RingCorrupt(f"corrupt ring padding of {length} bytes at offset {position}")
             freed = length
             self._tail += length
             position = 0
             length, kind = _PAD_HEADER.unpack_from(self._data, position)
+            if kind == RecordKind.PAD:
+                raise RingCorrupt("corrupt ring: padding follows padding")
         if freed:
             os.eventfd_write(self.fds.space, freed)
-        if not HEADER_BYTES <= length <= self.max_record_bytes:
+        if not HEADER_BYTES <= length <= min(self.max_record_bytes, self.capacity - position):
             raise RingCorrupt(f"corrupt ring record length {length} at offset {position}")
         header = HEADER.unpack_from(self._data, position)
         self._current = padded(length)
@@ -300,6 +307,14 @@ class Consumer(_End):
             self.advance()
             raise ValueError(f"skipped a record of unknown kind {kind}")
         return RecordView(header, self._data[position + HEADER_BYTES : position + length])
+
+    def resync(self) -> None:
+        """Skip whatever the producer published, after that producer died leaving garbage
+        (RingCorrupt): the next producer on this ring starts from an empty ring."""
+        head: int = _PRODUCER.unpack_from(self._map, _PRODUCER_AT)[0]
+        _drain(self.fds.doorbell)
+        self._tail, self._owed, self._current = head, 0, 0
+        _CONSUMER.pack_into(self._map, _CONSUMER_AT, self._tail, 0, time.perf_counter_ns())
 
     def advance(self) -> None:
         """Release the record returned by `peek()` so the producer may reuse its bytes."""

@@ -115,8 +115,16 @@ class _LiveCounters(Collector):
         for stage in STAGES:
             restarts.add_metric([stage], supervisor.restarts(stage))
             ready.add_metric([stage], 1.0 if supervisor.is_ready(stage) else 0.0)
+        malformed = CounterMetricFamily(
+            "voxrelay_malformed_records",
+            "Records from a stage that did not parse (dropped; a corrupt ring restarts it)",
+            labels=["stage"],
+        )
+        for stage, count in supervisor.malformed_records.items():
+            malformed.add_metric([stage], count)
         yield restarts
         yield ready
+        yield malformed
         drops = CounterMetricFamily(
             "voxrelay_ring_dropped_records",
             "Records a ring's producer dropped because the ring was full",

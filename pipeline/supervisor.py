@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ipc.channel import ChannelSpec, make_channel
 from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
-from ipc.ring import Consumer, Producer, dropped_records
+from ipc.ring import Consumer, Producer, RingCorrupt, dropped_records
 from pipeline.config import PipelineConfig
 from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE
 from pipeline.status import StageStatus
@@ -55,6 +56,8 @@ class StageProcess:
     restarts: int = 0
     stderr_path: str = ""
     started_ns: int = field(default=0)
+    # Rings from this stage that it left corrupt: skipped to their head before it restarts.
+    corrupt: list[Consumer] = field(default_factory=list)
 
     def fds(self) -> tuple[int, ...]:
         owned = [self.status.fd]
@@ -80,6 +83,7 @@ class Supervisor:
         self.log_dir = os.environ.get("VOXRELAY_LOG_DIR", "")
         self._keep_logs = bool(self.log_dir)
         self.crashed = False
+        self.malformed_records: dict[str, int] = dict.fromkeys(STAGES, 0)
         audio_in = make_channel("shm", config.audio_ring_bytes)
         asr_llm = make_channel(config.transport, config.token_ring_bytes)
         llm_tts = make_channel(config.transport, config.token_ring_bytes)
@@ -161,8 +165,39 @@ class Supervisor:
             await asyncio.sleep(0.02)
 
     def _drain(self, stage_name: str, consumer: Consumer) -> None:
-        while (record := consumer.recv()) is not None:
-            self._on_record(stage_name, record)
+        # A stage that writes garbage (a bug, memory corruption) must not take the
+        # supervisor down: a record that does not parse is dropped and counted; a ring
+        # whose framing is lost gets its stage restarted and is skipped past.
+        while True:
+            try:
+                record = consumer.recv()
+            except RingCorrupt as exc:
+                self._on_corrupt(stage_name, consumer, str(exc))
+                return
+            except ValueError as exc:  # a record of unknown kind, already skipped
+                self._malformed(stage_name, str(exc))
+                continue
+            if record is None:
+                return
+            try:
+                self._on_record(stage_name, record)
+            except (ValueError, struct.error) as exc:
+                self._malformed(stage_name, f"{record.kind.name} record: {exc}")
+
+    def _malformed(self, stage_name: str, why: str) -> None:
+        self.malformed_records[stage_name] += 1
+        log.error("malformed record from the %s stage dropped: %s", stage_name, why)
+
+    def _on_corrupt(self, stage_name: str, consumer: Consumer, why: str) -> None:
+        self.malformed_records[stage_name] += 1
+        stage = self._stages.get(stage_name)
+        if stage is None:
+            return
+        if consumer not in stage.corrupt:
+            log.error("%s stage corrupted its ring (%s); restarting it", stage_name, why)
+            stage.corrupt.append(consumer)
+        if stage.process is not None and stage.process.poll() is None:
+            stage.process.kill()  # _on_exit restarts it, after the ring is skipped
 
     def _on_exit(self, stage: StageProcess) -> None:
         assert self._loop is not None and stage.process is not None
@@ -180,6 +215,9 @@ class Supervisor:
         self._drain(stage.name, stage.events)
         if stage.name == "tts":
             self._drain("tts", self.audio_out)
+        for consumer in stage.corrupt:
+            consumer.resync()
+        stage.corrupt.clear()
         stage.restarts += 1
         if stage.restarts > self.config.max_restarts:
             log.error("%s stage exceeded %d restarts", stage.name, self.config.max_restarts)

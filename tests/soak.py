@@ -1,0 +1,29 @@
+"""Sizes of the fuzz and soak tests: short in CI, long under `make soak` (VOXRELAY_SOAK=1)."""
+
+import os
+from contextlib import contextmanager
+
+import psutil
+
+SOAK = os.environ.get("VOXRELAY_SOAK", "") not in ("", "0")
+
+
+def examples(short: int, long: int = 10_000) -> int:
+    """Hypothesis examples per fuzz target."""
+    return long if SOAK else short
+
+
+def open_fds(pid: int | str = "self") -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@contextmanager
+def bounded_resources(max_rss_growth_bytes: int = 64 << 20):
+    """The block leaves this process's fd count as it found it and grows its RSS by less
+    than the bound (garbage-collected Python still holds some pages: not zero)."""
+    process = psutil.Process()
+    fds, rss = open_fds(), process.memory_info().rss
+    yield
+    assert open_fds() == fds, "file descriptors leaked"
+    growth = process.memory_info().rss - rss
+    assert growth < max_rss_growth_bytes, f"RSS grew by {growth / 2**20:.1f} MiB"
