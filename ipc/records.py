@@ -57,6 +57,7 @@ class ControlOp(IntEnum):
     SESSION_CLOSE = 3
     SHUTDOWN = 4
     SYSTEM_PROMPT = 5  # LLM only: the session's system prompt, UTF-8 after CONTROL_BODY
+    VOICE_SPEED = 6  # TTS only: the session's voice speed; argument = speed x 1000
 
 
 class Stamp(IntEnum):

@@ -145,6 +145,14 @@ class Pipeline:
             ControlOp.SYSTEM_PROMPT, session_id=session_id, stages=("llm",), text=prompt.encode()
         )
 
+    def set_voice_speed(self, session_id: int, speed: float) -> None:
+        """The session's replies speak at `speed` (0.5..2.0) from the next fragment on."""
+        if not 0.5 <= speed <= 2.0:
+            raise ValueError(f"voice speed {speed} is outside 0.5..2.0 (1.0 = normal tempo)")
+        self.supervisor.control(
+            ControlOp.VOICE_SPEED, round(speed * 1000), session_id=session_id, stages=("tts",)
+        )
+
     def close_session(self, session_id: int) -> None:
         """Frees the session here and in every stage (its records still in flight drop)."""
         self.router.close(session_id)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,10 +29,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("voxrelay.ws")
 
 MAX_INSTRUCTIONS_BYTES = 16_384
+VOICE_SPEEDS = (0.5, 2.0)  # Piper stays intelligible in this range (length_scale 2..0.5)
 MAX_QUEUED_EVENTS = 4096  # JSON events waiting for one client before it counts as stalled
 CLOSE_NORMAL = 1000
 CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN = 1013
+# A client that does not take our close frame (it stopped reading) is cut after this.
+CLOSE_GRACE_S = 2.0
+# Kernel send buffer per client. Autotuned, it can grow to megabytes (a minute of audio)
+# for a client that stopped reading; bounded, the outgoing queue sees the backlog, and
+# audio counted as sent is close to audio the client received. 64 KiB (the kernel
+# doubles it) covers ~1 s of 48 kHz audio in flight on a long path.
+SEND_BUFFER_BYTES = 64 * 1024
 
 # Sink.on_text kinds -> (event type, field that carries the text)
 _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
@@ -55,6 +64,9 @@ class ClientSession:
         output_rate: int,
     ) -> None:
         self.connection = connection
+        sock = connection.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         self.pipeline = pipeline
         self.config = config
         self.input_rate = input_rate
@@ -66,9 +78,12 @@ class ClientSession:
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
-        self._full_since: float | None = None
+        self._full_since: float | None = None  # the queue overflowed; None once half drained
+        self._stall_check: asyncio.TimerHandle | None = None
+        self.voice_speed = 1.0
         self._closing: asyncio.Task[None] | None = None
         self.dropped_audio_bytes = 0
+        self.close_reason: str | None = None  # set once the server decided to close
         self.dropped_input_bytes = 0
         self.last_final_turn = -1
         self.speech_bytes: int | None = None  # input since speech.started; None: no speech
@@ -129,17 +144,21 @@ class ClientSession:
         if not pcm16:
             return
         if self._queued_audio_bytes + len(pcm16) > self._queue_max_audio_bytes:
-            # Never wait for a slow client here: drop, count, and close it if it stays slow.
+            # Never wait for a slow client here: drop, count, and close it if it stays slow
+            # (a timer: the reply may end, and nothing else arrive, while it stays full).
             self.dropped_audio_bytes += len(pcm16)
-            now = self._loop.time()
             if self._full_since is None:
-                self._full_since = now
-            elif now - self._full_since > self.config.stalled_client_s:
-                self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
+                self._full_since = self._loop.time()
+                self._stall_check = self._loop.call_later(
+                    self.config.stalled_client_s, self._close_if_stalled, self._full_since
+                )
             return
-        self._full_since = None
         self._queued_audio_bytes += len(pcm16)
         self._push(turn_id, pcm16)
+
+    def _close_if_stalled(self, full_since: float) -> None:
+        if self._full_since == full_since:  # not half drained since it overflowed
+            self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
 
     def _push(self, turn_id: int, message: str | bytes) -> None:
         self.last_activity = self._loop.time()
@@ -156,21 +175,29 @@ class ClientSession:
                 await self._wake.wait()
                 continue
             _turn, message = self._queue.popleft()
+            await self.connection.send(message)
             if isinstance(message, bytes):
                 self._queued_audio_bytes -= len(message)
-            await self.connection.send(message)
+                if self._queued_audio_bytes <= self._queue_max_audio_bytes // 2:
+                    self._full_since = None
 
     def abort(self, code: int, reason: str) -> None:
         """Close this connection from a callback that must not await."""
         if self._closing is None:
+            self.close_reason = reason
             log.warning("session %d: closing with %d: %s", self.session_id, code, reason)
             self._closing = self._loop.create_task(self.connection.close(code, reason[:120]))
+            # close() waits until the close frame is written, which never happens for a
+            # client that stopped reading: drop the TCP connection after a grace period.
+            self._loop.call_later(CLOSE_GRACE_S, self.connection.transport.abort)
 
     async def close_with_error(self, close_code: int, error_code: str, message: str) -> None:
         """An `error` event, then the close: the client learns why before the socket goes."""
+        self.close_reason = message
         self.send_event("error", code=error_code, message=message)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._drained.wait(), 1.0)
+        self._loop.call_later(CLOSE_GRACE_S, self.connection.transport.abort)
         await self.connection.close(close_code, message[:120])
 
     # Incoming messages.
@@ -240,6 +267,8 @@ class ClientSession:
         self._queue = kept
         for turn in [t for t in self._resamplers if t < floor]:
             del self._resamplers[turn]
+        if self._queued_audio_bytes <= self._queue_max_audio_bytes // 2:
+            self._full_since = None
         self.send_event("response.audio.clear", turn=floor)
 
     def _on_session_update(self, message: dict[str, Any]) -> None:
@@ -254,19 +283,29 @@ class ClientSession:
                 message=f"instructions must be a string of at most {MAX_INSTRUCTIONS_BYTES} bytes",
             )
             return
-        if speed is not None and speed != 1.0:
+        low, high = VOICE_SPEEDS
+        number = isinstance(speed, int | float) and not isinstance(speed, bool)
+        if speed is not None and not (number and low <= speed <= high):
             self.send_event(
                 "error",
-                code="unsupported",
-                message="voice_speed is not applied per session yet; the server's voice speed "
-                "stays in effect",
+                code="invalid_message",
+                message=f"voice_speed must be a number from {low} to {high} (1.0 = normal "
+                f"tempo), got {speed!r}; nothing was changed",
             )
+            return
         if instructions is not None:
             self.pipeline.set_system_prompt(self.session_id, instructions)
-        self.send_event("session.updated", instructions=instructions is not None)
+        if speed is not None:
+            self.voice_speed = float(speed)
+            self.pipeline.set_voice_speed(self.session_id, self.voice_speed)
+        self.send_event(
+            "session.updated", instructions=instructions is not None, voice_speed=self.voice_speed
+        )
 
     def close(self) -> None:
         """The connection is gone: free the session here and in every stage."""
         self.pipeline.close_session(self.session_id)
+        if self._stall_check is not None:
+            self._stall_check.cancel()
         self._queue.clear()
         self._resamplers.clear()

@@ -48,12 +48,9 @@ class Voice:
         self.sample_rate: int = config.output_sample_rate or self.native_sample_rate
         # Peak normalisation per sentence would make a short "Sure," as loud as a long
         # sentence's loudest syllable; a fixed gain keeps loudness steady across joints.
-        self._syn_config = SynthesisConfig(
-            length_scale=piper_config.length_scale / config.speed,
-            noise_scale=config.noise_scale,
-            noise_w_scale=config.noise_w_scale,
-            normalize_audio=False,
-        )
+        self._trained_length_scale = piper_config.length_scale
+        self._syn_configs: dict[float, SynthesisConfig] = {}  # by speed; a handful at most
+        self._syn_config = self._syn_config_for(config.speed)
         self._gain = float(10.0 ** (config.gain_db / 20.0))
         self._fade_samples = round(config.fade_ms * self.native_sample_rate / 1000)
         # The first onnxruntime run allocates and plans; pay that here, not on the
@@ -61,13 +58,19 @@ class Voice:
         for _ in self._piper.synthesize(_WARMUP_TEXT, syn_config=self._syn_config):
             pass
 
-    def synthesize(self, fragment: str, *, final: bool) -> Iterator[AudioChunk]:
+    def synthesize(
+        self, fragment: str, *, final: bool, speed: float | None = None
+    ) -> Iterator[AudioChunk]:
         """Yield audio for one fragment, one chunk per sentence as soon as it is ready.
 
         With final=True the fragment ends the reply: its last chunk has is_last=True
         (an empty chunk when nothing in the fragment is speakable). Stopping the
         iteration early aborts the fragment; nothing carries over to the next call.
+        `speed` (0.5..2.0) overrides `TTSConfig.speed` for this fragment: a session's own
+        setting.
         """
+        speed = self.config.speed if speed is None else speed
+        syn_config = self._syn_config_for(speed)
         text = clean_for_speech(fragment)
         # Phonemize up front (cheap, ~1 ms) so the last sentence is known without
         # waiting for the model: it carries is_last and flushes the resampler.
@@ -87,10 +90,11 @@ class Voice:
         for index, phonemes in enumerate(sentences):
             is_last_sentence = index == len(sentences) - 1
             audio = self._piper.phoneme_ids_to_audio(
-                self._piper.phonemes_to_ids(phonemes), self._syn_config
+                self._piper.phonemes_to_ids(phonemes), syn_config
             )
             assert isinstance(audio, np.ndarray)  # a tuple only with alignments
-            pause_ms = 0.0 if final and is_last_sentence else self._pause_ms(phonemes)
+            # Pauses keep their share of the speech: faster speech, shorter pauses.
+            pause_ms = 0.0 if final and is_last_sentence else self._pause_ms(phonemes) / speed
             shaped = self._shape(audio, pause_ms)
             if resampler is not None:
                 shaped = resampler.resample_chunk(shaped, last=is_last_sentence)
@@ -116,6 +120,19 @@ class Voice:
     def synthesize_text(self, text: str) -> Iterator[AudioChunk]:
         """Synthesize a whole reply, fragment by fragment (the sequential baseline)."""
         return self.synthesize_stream([text])
+
+    def _syn_config_for(self, speed: float) -> SynthesisConfig:
+        if not 0.5 <= speed <= 2.0:
+            raise ValueError(f"speed={speed} is outside 0.5..2.0 (1.0 = normal tempo)")
+        if speed not in self._syn_configs:
+            # Piper's length_scale stretches every phoneme's duration: 1/speed of trained.
+            self._syn_configs[speed] = SynthesisConfig(
+                length_scale=self._trained_length_scale / speed,
+                noise_scale=self.config.noise_scale,
+                noise_w_scale=self.config.noise_w_scale,
+                normalize_audio=False,
+            )
+        return self._syn_configs[speed]
 
     def _pause_ms(self, phonemes: list[str]) -> float:
         # espeak keeps the sentence's closing punctuation as its last phoneme(s).

@@ -56,6 +56,7 @@ class TTSHandler(TableHandler):
         self.chunkers: dict[tuple[int, int], Chunker] = {}
         self.jobs: deque[_Job] = deque()
         self.started: set[tuple[int, int]] = set()
+        self.speeds: dict[int, float] = {}  # by session: a client's own voice speed
         self._format = AUDIO_FORMAT.pack(self.voice.sample_rate, 1, SampleFormat.PCM16)
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.TOKEN: self._on_token,
@@ -86,7 +87,13 @@ class TTSHandler(TableHandler):
         self.jobs.append(_Job(record.session_id, record.turn_id, None, False, 0))
 
     def _on_control(self, record: Record) -> None:
-        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        op, argument = CONTROL_BODY.unpack_from(record.payload)
+        if op == ControlOp.VOICE_SPEED:
+            # From the next fragment on, queued ones included; the supervisor validated it.
+            self.speeds[record.session_id] = argument / 1000
+            return
+        if op == ControlOp.SESSION_CLOSE:
+            self.speeds.pop(record.session_id, None)
         if op in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
             # Drop every fragment of this session's older turns (barge-in, hang-up).
             limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
@@ -104,7 +111,8 @@ class TTSHandler(TableHandler):
         if job.fragment is None:
             self.out.send(RecordKind.END_OF_INPUT, session_id=job.session_id, timeout_s=5.0)
             return bool(self.jobs)
-        for chunk in self.voice.synthesize(job.fragment, final=job.final):
+        speed = self.speeds.get(job.session_id)
+        for chunk in self.voice.synthesize(job.fragment, final=job.final, speed=speed):
             pcm = chunk.pcm.tobytes()
             for start in range(0, len(pcm), RECORD_SAMPLES * 2):
                 if key not in self.started:

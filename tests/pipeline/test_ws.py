@@ -6,6 +6,7 @@ loop; each test talks to it over TCP like any client would.
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -17,8 +18,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from pipeline.audio_io import read_clip
 from pipeline.config import PipelineConfig
+from pipeline.models import asset_path
 from pipeline.run import Pipeline
 from pipeline.ws import ServerConfig, VoiceServer
+from tts.config import TTSConfig
+from tts.voice import Voice
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -157,7 +161,8 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
         async with connect(_url(server.port), additional_headers=AUTH) as ws:
             assert (await _event(ws))["type"] == "session.created"
             codes = []
-            for message in ("not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03"):
+            bad_speed = '{"type": "session.update", "voice_speed": 3, "instructions": "x"}'
+            for message in ("not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03", bad_speed):
                 await ws.send(message)
                 event = await _event(ws)
                 assert event["type"] == "error" and event["message"], event
@@ -170,8 +175,14 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
             return codes, updated, cleared
 
     codes, updated, cleared = asyncio.run(scenario())
-    assert codes == ["invalid_json", "invalid_message", "unknown_type", "invalid_audio"]
-    assert updated == {"type": "session.updated", "instructions": True}
+    assert codes == [
+        "invalid_json",
+        "invalid_message",
+        "unknown_type",
+        "invalid_audio",
+        "invalid_message",
+    ]
+    assert updated == {"type": "session.updated", "instructions": True, "voice_speed": 1.0}
     assert cleared["type"] == "response.audio.clear"
 
 
@@ -356,3 +367,134 @@ def test_input_end_interrupt_and_the_next_turn(server, clips_dir):
     trace = second[-1]
     assert trace["turn"] >= first_turn + 1 and trace["error"] is None
     assert _normalise(trace["transcript"]) and trace["audio_out_ms"] > 0
+
+
+async def _reply_after_update(port: int, clip, update: dict | None) -> tuple[float, dict]:
+    """One turn (clip sent at once, then input.end) after an optional session.update;
+    returns (reply audio seconds, the trace event)."""
+    async with connect(_url(port), additional_headers=AUTH) as ws:
+        await _event(ws)
+        if update is not None:
+            await ws.send(json.dumps({"type": "session.update", **update}))
+            updated = await _event(ws)
+            assert updated["type"] == "session.updated", updated
+            assert updated["voice_speed"] == update.get("voice_speed", 1.0)
+        await _stream_clip(ws, clip, 0.0, pace=False)
+        await ws.send(json.dumps({"type": "input.end"}))
+        audio_bytes = 0
+        while True:
+            message = await asyncio.wait_for(ws.recv(), 60)
+            if isinstance(message, bytes):
+                audio_bytes += len(message)
+            elif (event := json.loads(message))["type"] == "trace":
+                return audio_bytes / 2 / 16000, event
+
+
+@pytest.mark.slow
+def test_voice_speed_is_a_session_setting_the_tts_applies(server, clips_dir):
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+
+    async def scenario():
+        return await asyncio.gather(
+            _reply_after_update(server.port, clip, None),
+            _reply_after_update(server.port, clip, {"voice_speed": 1.5}),
+        )
+
+    (normal_s, normal), (fast_s, fast) = asyncio.run(scenario())
+    assert normal["error"] is None and fast["error"] is None
+    # The replies' texts differ from run to run; each is measured against the same text
+    # synthesized here at the trained tempo.
+    voice = Voice(TTSConfig(voice_dir=asset_path("joe")))
+
+    def trained_tempo_s(text: str) -> float:
+        return sum(len(c.pcm) for c in voice.synthesize_text(text)) / voice.sample_rate
+
+    normal_ratio = normal_s / trained_tempo_s(normal["reply_text"])
+    fast_ratio = fast_s / trained_tempo_s(fast["reply_text"])
+    print(f"\n1.0x: {normal_s:.2f} s ({normal_ratio:.2f}) for {normal['reply_text']!r}")
+    print(f"1.5x: {fast_s:.2f} s ({fast_ratio:.2f}) for {fast['reply_text']!r}")
+    # Piper's duration model does not scale all of an utterance: 1.5x speaks in ~0.75.
+    assert 0.9 < normal_ratio < 1.1
+    assert 0.55 < fast_ratio < 0.85
+
+
+def _small_server(server, **limits):
+    async def start():
+        small = VoiceServer(server.pipeline, ServerConfig(port=0, **limits))
+        return small, await small.start()
+
+    return server.call(start())
+
+
+@pytest.mark.slow
+def test_a_client_that_stops_reading_is_closed_with_1008_and_others_are_served(server, clips_dir):
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+    small, port = _small_server(server, send_queue_audio_s=1.0, stalled_client_s=1.0)
+
+    async def stop_reading():
+        # Small buffers on the client's side too, so its backlog reaches the server's queue.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        url = _url(port, "?output_sample_rate=48000")
+        async with connect(url, sock=sock, max_queue=1) as ws:
+            client = small.clients[(await _event(ws))["session_id"]]
+            # Slow speech, long audio: more than the socket buffers between us can hold.
+            await ws.send(json.dumps({"type": "session.update", "voice_speed": 0.5}))
+            await _stream_clip(ws, clip, 0.0, pace=False)
+            await ws.send(json.dumps({"type": "input.end"}))
+            deadline = time.monotonic() + 60
+            while client.close_reason is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # not reading: the reply piles up on the server
+            dropped = client.dropped_audio_bytes
+            print(f"\nclose decided: {client.close_reason!r}, {dropped} reply bytes dropped")
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:  # read again: the audio still in flight, then the close frame
+                    await asyncio.wait_for(ws.recv(), 10)
+            return closed.value.rcvd, dropped, client.close_reason
+
+    async def scenario():
+        return await asyncio.gather(stop_reading(), _one_turn(server.port, clip, 16000))
+
+    try:
+        (close, dropped, reason), (log, audio) = asyncio.run(scenario())
+    finally:
+        server.call(small.stop())
+    assert close is not None and close.code == 1008, (close, reason)
+    assert "too slowly" in close.reason
+    assert dropped > 0
+    types = _types(log)
+    assert "error" not in types and "response.done" in types and audio
+
+
+@pytest.mark.slow
+def test_speech_over_the_turn_limit_gets_turn_too_long_and_1008(server, clips_dir):
+    clip = read_clip(clips_dir / "librivox/0880.wav")
+    small, port = _small_server(server, max_turn_audio_s=1.0)
+
+    async def scenario():
+        async with (
+            connect(_url(server.port), additional_headers=AUTH) as bystander,
+            connect(_url(port)) as ws,
+        ):
+            await _event(bystander)
+            await _event(ws)
+            sender = asyncio.create_task(_stream_clip(ws, clip, 0.0))  # real-time pace
+            events = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    events.append(await _event(ws, timeout=10))
+            await asyncio.gather(sender, return_exceptions=True)
+            await bystander.send("{}")
+            return events, closed.value.rcvd, await _event(bystander)
+
+    try:
+        events, close, still_there = asyncio.run(scenario())
+    finally:
+        server.call(small.stop())
+    types = [e["type"] for e in events]
+    assert "speech.started" in types and "transcript.final" not in types, types
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "turn_too_long", events
+    assert close is not None and close.code == 1008
+    assert still_there["code"] == "invalid_message"

@@ -101,3 +101,17 @@ def test_output_rate_gives_the_expected_sample_count(
     assert abs(sum(len(chunk.pcm) for chunk in chunks) - expected) <= len(chunks) + 1
     jumps, typical_step = joint_jumps(chunks)
     assert jumps.max() <= typical_step
+
+
+def test_per_call_speed_shortens_speech_and_is_validated(voice: Voice) -> None:
+    text = "The quick brown fox jumps over the lazy dog, twice."
+
+    def seconds(speed: float | None) -> float:
+        chunks = list(voice.synthesize(text, final=False, speed=speed))
+        return sum(len(c.pcm) for c in chunks) / voice.sample_rate
+
+    normal, fast, slow = seconds(None), seconds(1.5), seconds(0.75)
+    assert 0.55 < fast / normal < 0.8, (fast, normal)
+    assert 1.2 < slow / normal < 1.5, (slow, normal)
+    with pytest.raises(ValueError, match="outside 0.5..2.0"):
+        list(voice.synthesize(text, final=False, speed=2.5))
