@@ -56,7 +56,7 @@ class SessionHost(Protocol):
 @dataclass(frozen=True, slots=True)
 class CallEvent:
     at_ns: int  # time.perf_counter_ns()
-    kind: str  # "dtmf", "hangup", "transfer", "barge_in", "error"
+    kind: str  # "dtmf", "transcript", "reply", "hangup", "transfer", "barge_in", "error"...
     detail: str
 
 
@@ -133,8 +133,12 @@ class CallBridge:
             for stale in [t for t in self._resamplers if t < turn_id]:
                 del self._resamplers[stale]
             self.note("barge_in", f"turn {turn_id}")
-        elif kind == "response.text" and self._goodbye.search(text):
-            self._goodbye_turn = turn_id
+        elif kind == "transcript.final":
+            self.note("transcript", text)
+        elif kind == "response.text":
+            self.note("reply", text)
+            if self._goodbye.search(text):
+                self._goodbye_turn = turn_id
 
     def on_error(self, turn_id: int, message: str) -> None:
         self.note("error", f"turn {turn_id}: {message}")

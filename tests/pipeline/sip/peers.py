@@ -116,28 +116,35 @@ class Capture:
         self.process.wait(10)
 
     def rtp_from(self, port: int) -> list[tuple[float, str, int, int, bool]]:
-        """(arrival s, destination ip, destination port, sequence, marker) of every UDP
-        packet the bridge sent from `port`, decoded as RTP."""
+        """(capture s, destination ip, destination port, RTP timestamp, marker) of every
+        UDP packet the bridge sent from `port`, decoded as RTP."""
         fields = subprocess.run(
             [TSHARK, "-r", str(self.path), "-d", f"udp.port=={port},rtp",
              "-Y", f"udp.srcport=={port}", "-T", "fields", "-e", "frame.time_epoch",
-             "-e", "ip.dst", "-e", "udp.dstport", "-e", "rtp.seq", "-e", "rtp.marker"],
+             "-e", "ip.dst", "-e", "udp.dstport", "-e", "rtp.timestamp", "-e", "rtp.marker"],
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         rows = []
         for line in fields.splitlines():
-            at, dst, dport, seq, marker = line.split("\t")
-            rows.append((float(at), dst, int(dport), int(seq or -1), marker in ("1", "True")))
+            at, dst, dport, stamp, marker = line.split("\t")
+            rows.append((float(at), dst, int(dport), int(stamp or -1), marker in ("1", "True")))
         return rows
 
 
-def pacing_jitter_ms(rows: list[tuple[float, str, int, int, bool]]) -> np.ndarray:
-    """|gap - 20 ms| between consecutive packets within talkspurts (a marker starts one)."""
-    deviations = []
+def pacing_ms(rows: list[tuple[float, str, int, int, bool]]) -> tuple[np.ndarray, np.ndarray]:
+    """(|gap - 20 ms| between consecutive packets of a talkspurt, RFC 3550 interarrival
+    jitter after each packet). The jitter estimator is the one RTP receivers and
+    Wireshark report: J += (|D| - J) / 16, D the transit-time difference of a pair."""
+    deviations, jitter = [], []
+    estimate = 0.0
     for previous, current in zip(rows, rows[1:], strict=False):
-        if not current[4]:
-            deviations.append(abs((current[0] - previous[0]) * 1000 - 20))
-    return np.array(deviations)
+        gap_ms = (current[0] - previous[0]) * 1000
+        if not current[4]:  # a marker starts a talkspurt: the gap before it is silence
+            deviations.append(abs(gap_ms - 20))
+        timestamp_ms = ((current[3] - previous[3]) % (1 << 32)) / 8
+        estimate += (abs(gap_ms - timestamp_ms) - estimate) / 16
+        jitter.append(estimate)
+    return np.array(deviations), np.array(jitter)
 
 
 SCENARIO_HEAD = '<?xml version="1.0" encoding="ISO-8859-1" ?>\n<scenario name="{name}">\n'
@@ -167,7 +174,8 @@ a=fmtp:101 0-15
 
 
 def in_dialog(method: str, cseq: int) -> str:
-    return f"""  <send retrans="500"><![CDATA[
+    retrans = "" if method == "ACK" else ' retrans="500"'  # an ACK gets no response
+    return f"""  <send{retrans}><![CDATA[
 {method} sip:bot@[remote_ip]:[remote_port] SIP/2.0
 Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
 From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag[call_number]

@@ -1,0 +1,218 @@
+"""Real peers against the bridge on the real pipeline (one pipeline for the module):
+SIPp plays a PCMU pcap and an RFC 2833 digit while tshark watches loopback; baresip
+dials, plays a real 8 kHz WAV through aufile and records what it hears; an AudioSocket
+client streams a clip over TCP."""
+
+import asyncio
+import subprocess
+import time
+import uuid
+
+import jiwer
+import numpy as np
+import pytest
+
+from asr.config import ASRConfig
+from asr.transcribe import transcribe_file
+from pipeline.config import PipelineConfig
+from pipeline.run import Pipeline
+from pipeline.sip.audiosocket import AudioSocketServer, Kind, frame, read_frame
+from pipeline.sip.config import SipConfig
+from pipeline.sip.server import SipServer
+from tests.pipeline.sip.peers import (
+    BARESIP,
+    INVITE,
+    SCENARIO_HEAD,
+    SIPP,
+    TSHARK,
+    Capture,
+    LoopThread,
+    clip_8k,
+    free_udp_port,
+    in_dialog,
+    missing,
+    pacing_ms,
+    rtp_stream,
+    run_sipp,
+    write_8k_wav,
+    write_pcap,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _words(text: str) -> str:
+    return " ".join("".join(c for c in text.lower() if c.isalnum() or c == " ").split())
+
+
+@pytest.fixture(scope="module")
+def bridge(clips_dir):
+    thread = LoopThread()
+    state = {}
+
+    async def start():
+        pipeline = Pipeline(PipelineConfig(), transport_name="sip")
+        await pipeline.__aenter__()
+        state["pipeline"] = pipeline
+        state["sip"] = SipServer(pipeline, SipConfig(port=0))
+        state["sip_address"] = await state["sip"].start()
+        state["audiosocket"] = AudioSocketServer(pipeline, SipConfig(), ("127.0.0.1", 0))
+        state["audiosocket_address"] = await state["audiosocket"].start()
+
+    thread.call(start())
+    state["thread"] = thread
+    yield state
+
+    async def stop():
+        state["sip"].stop()
+        await state["audiosocket"].stop()
+        await state["pipeline"].__aexit__(None, None, None)
+
+    thread.call(stop())
+    thread.stop()
+
+
+def _wait_ended(server, count: int, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while len(server.ended) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(server.ended) >= count, "the call did not end"
+    return server.ended[count - 1]
+
+
+@pytest.mark.skipif(missing(SIPP, TSHARK) is not None, reason=str(missing(SIPP, TSHARK)))
+def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_dir, tmp_path):
+    speech = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=2.0)
+    write_pcap(tmp_path / "call.pcap", rtp_stream(speech, digits="5"))
+    media_port = free_udp_port()
+    steps = [
+        INVITE,
+        '  <recv response="100" optional="true"/>\n',
+        '  <recv response="180" optional="true"/>\n',
+        '  <recv response="200" rtd="true"/>\n',
+        in_dialog("ACK", 1),
+        '  <nop><action><exec play_pcap_audio="call.pcap"/></action></nop>\n',
+        '  <pause milliseconds="11000"/>\n',
+        in_dialog("BYE", 2),
+        '  <recv response="200"/>\n',
+    ]
+    scenario = SCENARIO_HEAD.format(name="call") + "".join(steps) + "</scenario>\n"
+    server = bridge["sip"]
+    ended_before = len(server.ended)
+    capture = Capture(tmp_path / "loopback.pcap")
+    try:
+        code, output = run_sipp(
+            scenario, tmp_path, bridge["sip_address"], "-mi", "127.0.0.1", "-mp", str(media_port)
+        )
+    finally:
+        capture.stop()
+    assert code == 0, output
+    call = _wait_ended(server, ended_before + 1)
+    assert call.end_reason == "caller hung up"
+    assert call.bridge.closed and call.bridge.session_id not in bridge["pipeline"].router.sessions
+    assert [e.detail for e in call.bridge.events if e.kind == "dtmf"] == ["5"]
+    turns = [t for t in call.bridge.traces if t.transcript]
+    assert turns, f"no turn was transcribed: {call.bridge.events}"
+    assert jiwer.wer("go forward ten meters", _words(turns[0].transcript)) <= 0.25
+    assert turns[0].first_audio_out_ns, "the bot did not reply"
+    rows = capture.rtp_from(call.rtp.local_port)
+    assert len(rows) >= 25, "under 0.5 s of reply RTP on the wire"
+    assert {(dst, port) for _, dst, port, _, _ in rows} == {("127.0.0.1", media_port)}
+    deviation, jitter = pacing_ms(rows)
+    print(f"reply RTP: {len(rows)} packets; gap - 20 ms: p50 {np.median(deviation):.2f}, "
+          f"p95 {np.percentile(deviation, 95):.2f} ms; RFC 3550 jitter p95 "
+          f"{np.percentile(jitter, 95):.2f} ms")  # fmt: skip
+    assert np.median(deviation) < 2.0  # 20 ms pacing
+    assert np.percentile(jitter, 95) < 5.0, (
+        f"RFC 3550 jitter p95 {np.percentile(jitter, 95):.1f} ms"
+    )
+
+
+@pytest.mark.skipif(missing(BARESIP) is not None, reason=str(missing(BARESIP)))
+def test_baresip_dials_speaks_and_hears_a_reply(bridge, clips_dir, tmp_path):
+    speech = clip_8k(clips_dir / "librivox" / "0880.wav", trailing_silence_s=9.0)
+    source = write_8k_wav(tmp_path / "speech.wav", speech)
+    # baresip 1.0's aufile is a source only; its sndfile filter records what is decoded
+    # from the call (dump-*-dec.wav), and aubridge stands in for a sound card.
+    (tmp_path / "snd").mkdir()
+    (tmp_path / "accounts").write_text("<sip:caller@127.0.0.1>;regint=0\n")
+    (tmp_path / "config").write_text(
+        f"sip_listen 127.0.0.1:{free_udp_port()}\n"
+        f"audio_player aubridge,nil\naudio_source aufile,{source}\n"
+        "audio_alert aubridge,nil\nausrc_srate 8000\nauplay_srate 8000\n"
+        "ausrc_channels 1\nauplay_channels 1\nmodule_path /usr/lib/baresip/modules\n"
+        "module g711.so\nmodule aufile.so\nmodule aubridge.so\nmodule sndfile.so\n"
+        f"snd_path {tmp_path / 'snd'}\nmodule_app account.so\nmodule_app menu.so\n"
+    )
+    host, port = bridge["sip_address"]
+    server = bridge["sip"]
+    ended_before = len(server.ended)
+    result = subprocess.run(
+        [BARESIP, "-f", str(tmp_path), "-n", "127.0.0.1", "-e", f"/dial sip:bot@{host}:{port}",
+         "-t", "13"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert "Call established" in result.stdout, result.stdout[-2000:]
+    call = _wait_ended(server, ended_before + 1)
+    turns = [t for t in call.bridge.traces if t.transcript]
+    assert (
+        turns
+        and jiwer.wer("he was not an ill disposed young man", _words(turns[0].transcript)) <= 0.3
+    )
+    assert turns[0].reply_text, "the bot produced no reply"
+    (recording,) = (tmp_path / "snd").glob("dump-*-dec.wav")
+    heard = _words(transcribe_file(recording, ASRConfig(model="tiny.en")))
+    print(f"bot said {turns[0].reply_text!r}; baresip heard {heard!r}")
+    assert len(heard.split()) >= 2, f"baresip heard no speech: {heard!r}"
+    assert jiwer.wer(_words(turns[0].reply_text), heard) < 0.6, (turns[0].reply_text, heard)
+
+
+def test_audiosocket_client_runs_a_clip_through_the_bridge(bridge, clips_dir):
+    speech = clip_8k(clips_dir / "cards" / "001.wav", trailing_silence_s=2.0)
+    server = bridge["audiosocket"]
+
+    async def client():
+        reader, writer = await asyncio.open_connection(*bridge["audiosocket_address"])
+        writer.write(frame(Kind.UUID, uuid.uuid4().bytes))
+        received = bytearray()
+
+        async def read():
+            while True:
+                kind, payload = await read_frame(reader)
+                if kind == Kind.AUDIO:
+                    received.extend(payload)
+
+        reading = asyncio.create_task(read())
+        start = time.perf_counter()
+        for index, offset in enumerate(range(0, len(speech), 320)):
+            await asyncio.sleep(max(0.0, start + index * 0.02 - time.perf_counter()))
+            writer.write(frame(Kind.AUDIO, speech[offset : offset + 320]))
+        writer.write(frame(Kind.DTMF, b"7"))
+        deadline = time.perf_counter() + 20
+        while time.perf_counter() < deadline:  # until the reply has played for a second
+            await asyncio.sleep(0.2)
+            if len(received) > 16000:
+                break
+        writer.write(frame(Kind.HANGUP))
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        reading.cancel()
+        writer.close()
+        return bytes(received)
+
+    received = asyncio.run(client())
+    assert len(received) > 16000, f"only {len(received)} bytes of reply audio"
+    assert np.abs(np.frombuffer(received, "<i2")).max() > 1000
+    deadline = time.monotonic() + 10
+    while not server.ended and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ended = server.ended[-1]
+    assert ended.closed and not server.bridges
+    assert [e.detail for e in ended.events if e.kind == "dtmf"] == ["7"]
+    turns = [t for t in ended.traces if t.transcript] or [
+        t
+        for t in bridge["pipeline"]
+        .router.sessions.get(ended.session_id, ended)
+        .__dict__.get("finished", [])
+    ]
+    assert turns and jiwer.wer("ten of clubs", _words(turns[0].transcript)) <= 0.34
