@@ -26,19 +26,21 @@ $(MODELS_STAMP): $(STAMP) pipeline/manifest.toml
 	$(VENV)/bin/voxrelay models fetch tiny.en smollm2 joe testclips
 	touch $@
 
-# System packages the slow tests drive: headless Chromium (the browser page) and
-# PortAudio + ALSA (`voxrelay mic`). Installed only when missing, and only as root
-# with apt; otherwise those tests skip and say why. `make demo` does not need them.
-SYSTEM_DEPS := chromium chromium-driver libportaudio2 alsa-utils
+# System packages the slow tests drive: headless Chromium (the browser page),
+# PortAudio + ALSA (`voxrelay mic`), the SIP peers (SIPp, baresip, tshark). Installed
+# only when missing, and only as root with apt; otherwise those tests skip and say why.
+# `make demo` does not need them.
+SYSTEM_DEPS := chromium chromium-driver libportaudio2 alsa-utils sip-tester baresip-core tshark
 system-deps:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/aplay ] \
+		&& [ -x /usr/bin/sipp ] && [ -x /usr/bin/baresip ] && [ -x /usr/bin/tshark ] \
 		&& ldconfig -p | grep -q libportaudio.so.2; then \
 		echo "system-deps: present"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 			--no-install-recommends $(SYSTEM_DEPS); \
 	else \
-		echo "system-deps: missing, not root or no apt-get: the browser and mic tests will skip" \
+		echo "system-deps: missing, not root or no apt-get: the browser, mic and SIP tests skip" \
 			"(apt-get install $(SYSTEM_DEPS))"; \
 	fi
 
