@@ -58,6 +58,7 @@ class ControlOp(IntEnum):
     SHUTDOWN = 4
     SYSTEM_PROMPT = 5  # LLM only: the session's system prompt, UTF-8 after CONTROL_BODY
     VOICE_SPEED = 6  # TTS only: the session's voice speed; argument = speed x 1000
+    HEARD = 7  # LLM only: what the user heard of turn_id's cut reply, UTF-8 after CONTROL_BODY
 
 
 class Stamp(IntEnum):
@@ -75,6 +76,7 @@ class Stamp(IntEnum):
     LLM_PREFILL = 10  # value: tokens prefilled
     PARTIAL_TEXT = 11  # text: the ASR's latest partial; value: byte length of its stable part
     REPLY_DELTA = 12  # text: one token's text, as the LLM samples it (live captions)
+    FRAGMENT = 13  # text: one synthesized reply fragment; value: its samples (audio rate)
 
 
 class SampleFormat(IntEnum):

@@ -15,6 +15,8 @@ two share, so a rollback costs only the tokens after the divergence.
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,9 @@ class _Reply:
     parts: list[str] = field(default_factory=list)
 
 
+log = logging.getLogger("voxrelay.llm")
+
+
 def llm_config(settings: dict[str, Any]) -> LLMConfig:
     values = dict(settings)
     default_model = asset_path(str(values.pop("model", "smollm2"))) / "model.gguf"
@@ -77,6 +82,26 @@ class Dialogue:
         # None: the stage's configured prompt; a client may set its own (SYSTEM_PROMPT).
         self.system_prompt = system_prompt
         self.exchanges: list[tuple[str, str]] = []  # (user, assistant)
+        # Turn id -> its exchange (that very tuple): a cut reply is replaced by what the
+        # user heard of it. Only recent turns can be cut, so only those are kept.
+        self._by_turn: dict[int, tuple[str, str]] = {}
+
+    def add(self, turn_id: int, user: str, assistant: str) -> None:
+        exchange = (user, assistant)
+        self.exchanges.append(exchange)
+        self._by_turn[turn_id] = exchange
+        for old in sorted(self._by_turn)[:-4]:
+            del self._by_turn[old]
+
+    def heard(self, turn_id: int, heard: str, user: str | None) -> None:
+        """Turn `turn_id`'s reply was cut: the history keeps what the user heard of it.
+        `user`: the turn's transcript when its reply was aborted before it finished."""
+        old = self._by_turn.get(turn_id)
+        index = next((i for i, e in enumerate(self.exchanges) if e is old), None)
+        if index is not None and old is not None:
+            self.exchanges[index] = self._by_turn[turn_id] = (old[0], heard)
+        elif user is not None:
+            self.add(turn_id, user, heard)
 
     def messages(self) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
@@ -123,6 +148,7 @@ class LLMHandler(TableHandler):
         self.replies: dict[int, _Reply] = {}
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
         self.open_prompts: dict[int, _OpenPrompt] = {}  # by session
+        self.cut: dict[tuple[int, int], str] = {}  # (session, turn) aborted -> transcript
         self._request_ids = itertools.count(1)
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.PARTIAL: self._on_partial,
@@ -167,6 +193,9 @@ class LLMHandler(TableHandler):
         dialogue = self._dialogue(record.session_id)
         prompt = dialogue.prompt_text(self.backend, self.config, text)
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
+        if log.isEnabledFor(logging.DEBUG):
+            history = json.dumps(dialogue.messages())
+            log.debug("session %d turn %d history %s", record.session_id, record.turn_id, history)
         open_prompt = self.open_prompts.pop(record.session_id, None)
         if open_prompt is not None and open_prompt.turn_id == record.turn_id:
             # Completed with what the final transcript adds, or replaced where it revised
@@ -199,6 +228,12 @@ class LLMHandler(TableHandler):
             self._dialogue(record.session_id).system_prompt = prompt
             self._drop_open_prompt(record.session_id)  # prefilled under the old prompt
             return
+        if op == ControlOp.HEARD:
+            heard = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
+            user = self.cut.pop((record.session_id, record.turn_id), None)
+            self._dialogue(record.session_id).heard(record.turn_id, heard, user)
+            self._drop_open_prompt(record.session_id)  # prefilled over the old history
+            return
         if op not in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
             return
         limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
@@ -206,11 +241,15 @@ class LLMHandler(TableHandler):
             if reply.session_id == record.session_id and reply.turn_id < limit:
                 self.backend.abort(request_id)
                 del self.replies[request_id]
+                if op == ControlOp.NEW_TURN:  # HEARD follows: what of it the user heard
+                    self.cut[(reply.session_id, reply.turn_id)] = reply.user_text
         open_prompt = self.open_prompts.get(record.session_id)
         if open_prompt is not None and open_prompt.turn_id < limit:
             self._drop_open_prompt(record.session_id)
         if op == ControlOp.SESSION_CLOSE:
             self.dialogues.pop(record.session_id, None)
+            for key in [k for k in self.cut if k[0] == record.session_id]:
+                del self.cut[key]
 
     def step(self) -> bool:
         if not self.backend.has_pending_work():
@@ -254,7 +293,7 @@ class LLMHandler(TableHandler):
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=text)
         dialogue = self._dialogue(reply.session_id)
-        dialogue.exchanges.append((reply.user_text, text))
+        dialogue.add(reply.turn_id, reply.user_text, text)
         if reply.session_id in self.pending_end and not any(
             r.session_id == reply.session_id for r in self.replies.values()
         ):

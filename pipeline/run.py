@@ -138,7 +138,15 @@ class Pipeline:
         self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id)
         session = self.router.sessions.get(session_id)
         if session is not None:
-            session.new_turn(turn_id, time.perf_counter_ns())
+            # Behind NEW_TURN on the same ring: the LLM has aborted the reply by then.
+            for cut_turn, heard in session.new_turn(turn_id, time.perf_counter_ns()):
+                self.supervisor.control(
+                    ControlOp.HEARD,
+                    session_id=session_id,
+                    turn_id=cut_turn,
+                    stages=("llm",),
+                    text=heard.encode(),
+                )
 
     def set_system_prompt(self, session_id: int, prompt: str) -> None:
         self.supervisor.control(

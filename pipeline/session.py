@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
+from pipeline.heard import CUT_MARK, Playback, heard_text
 from pipeline.trace import TraceSink, TurnTrace
 
 # Ended turn ids remembered so their late records (a stamp sent after the turn's last
@@ -61,7 +62,11 @@ class Session:
         self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
         # Called with (session, turn) when the user starts speaking: barge-in detection.
         self.on_speech_start: Callable[[Session, int], None] | None = None
+        # Set by a transport that queues after the sink (WebSocket): the samples of a
+        # turn (at the reply's rate) that actually left for the client.
+        self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
+        self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.AUDIO_OUT: self._on_audio,
             RecordKind.AUDIO_END: self._on_audio_end,
@@ -92,23 +97,49 @@ class Session:
         ):
             handler(record)
 
-    def new_turn(self, turn_id: int, at_ns: int | None = None) -> list[TurnTrace]:
+    def new_turn(self, turn_id: int, at_ns: int | None = None) -> list[tuple[int, str]]:
         """Barge-in: end every turn older than `turn_id` and drop its leftovers.
 
         A turn that had a reply under way is written to the trace sink marked as barged
-        in, with the audio it had sent so far; one that never reached the LLM is dropped.
-        Returns the interrupted traces.
+        in, with the audio it had sent so far and what of it was heard; one that never
+        reached the LLM is dropped. Returns (turn, heard text) for every reply the cut
+        left partly unheard (`heard_before`), for the LLM's dialogue history.
         """
+        at_ns = at_ns or time.perf_counter_ns()
+        heard = self.heard_before(turn_id, at_ns)
         self.min_turn = max(self.min_turn, turn_id)
         self.playback_end_ns = 0
-        interrupted: list[TurnTrace] = []
+        for turn in [t for t in self.playbacks if t < self.min_turn]:
+            del self.playbacks[turn]
         for stale in [t for t in self.turns if t < self.min_turn]:
             trace = self.turns.pop(stale)
             if trace.transcript:
-                trace.barge_in_ns = at_ns or time.perf_counter_ns()
-                interrupted.append(trace)
+                trace.barge_in_ns = at_ns
+                trace.heard_text = dict(heard).get(stale, "")
                 self._finish(trace)
-        return interrupted
+        return heard
+
+    def heard_before(self, turn_id: int, now_ns: int) -> list[tuple[int, str]]:
+        """(turn, heard text) for every reply older than `turn_id` that a cut at `now_ns`
+        leaves unheard in part: still generating, or its audio still playing."""
+        cut = {t for t, trace in self.turns.items() if t < turn_id and trace.transcript}
+        cut |= {t for t in self.playbacks if t < turn_id}
+        heard: list[tuple[int, str]] = []
+        for turn in sorted(cut):
+            playback = self.playbacks.get(turn)
+            if playback is None:  # nothing of it reached the sink
+                heard.append((turn, CUT_MARK))
+                continue
+            sent = self.sent_samples(turn) if self.sent_samples is not None else None
+            if not playback.fully_played(now_ns, sent):
+                played = playback.played_samples(now_ns, sent)
+                heard.append((turn, heard_text(playback.fragments, played)))
+        return heard
+
+    def _playback(self, turn_id: int) -> Playback:
+        if turn_id not in self.playbacks:
+            self.playbacks[turn_id] = Playback()
+        return self.playbacks[turn_id]
 
     def replying(self, before_turn: int) -> bool:
         """True while a committed turn older than `before_turn` still has a reply coming,
@@ -126,11 +157,18 @@ class Session:
             trace.first_audio_out_ns = time.perf_counter_ns()
         trace.audio_out_samples += len(pcm) // 2
         trace.audio_out_rate = rate
+        self._playback(record.turn_id).on_audio(len(pcm) // 2, rate, trace.first_audio_out_ns)
         played_ns = trace.first_audio_out_ns + trace.audio_out_samples * 1_000_000_000 // rate
         self.playback_end_ns = max(self.playback_end_ns, played_ns)
         self.sink.on_audio(record.turn_id, pcm, rate)
 
     def _on_audio_end(self, record: Record) -> None:
+        now = time.perf_counter_ns()
+        for turn, playback in list(self.playbacks.items()):  # surely played: forget
+            if playback.complete and playback.end_ns() < now:
+                del self.playbacks[turn]
+        if record.turn_id in self.playbacks:
+            self.playbacks[record.turn_id].complete = True
         trace = self.turns.pop(record.turn_id, None)
         if trace is None or trace.error:
             return
@@ -156,6 +194,9 @@ class Session:
         stamp = Stamp(point)
         if stamp in _LIVE_TEXT:
             self.sink.on_text(record.turn_id, _LIVE_TEXT[stamp], text)
+            return
+        if stamp == Stamp.FRAGMENT:
+            self._playback(record.turn_id).fragments.append((text, value))
             return
         trace = self.trace(record.turn_id)
         if stamp == Stamp.SPEECH_START:
@@ -183,6 +224,7 @@ class Session:
         trace = self.trace(turn_id)
         if not trace.error:
             self._end(turn_id)
+            self.playbacks.pop(turn_id, None)
             trace.error = message
             self.sink.on_error(turn_id, message)
             self.turns.pop(turn_id, None)

@@ -84,6 +84,7 @@ class TurnTrace:
     asr_decode_ms: float = 0.0
     error: str = ""
     barge_in_ns: int = 0  # the user spoke over this turn's reply: it was cut here
+    heard_text: str = ""  # of a cut reply: what the user heard (the LLM's history keeps it)
     asr_model: str = ""
     llm_model: str = ""
     tts_voice: str = ""
@@ -125,6 +126,7 @@ class TurnTrace:
         row["transcript"] = self.transcript
         row["reply_text"] = self.reply_text
         row["barge_in_ns"] = self.barge_in_ns or None
+        row["heard_text"] = self.heard_text or None
         row["error"] = self.error or None
         return row
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import logging
 import os
 import signal
 import sys
@@ -240,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="{}")
     args = parser.parse_args(argv)
     _die_with_parent(args.parent)
+    # Into the stage's log file (its stderr); VOXRELAY_LOG_LEVEL=DEBUG shows, e.g., each
+    # LLM request's dialogue history.
+    logging.basicConfig(
+        level=os.environ.get("VOXRELAY_LOG_LEVEL", "WARNING").upper(),
+        format=f"%(asctime)s {args.stage} %(name)s %(levelname)s %(message)s",
+    )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
     status = StageStatus.attach(args.status)
     events = Events(open_sender(ChannelSpec.parse(args.events)))

@@ -80,6 +80,8 @@ class ClientSession:
         self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
         self._full_since: float | None = None  # the queue overflowed; None once half drained
         self._stall_check: asyncio.TimerHandle | None = None
+        self._voice_rate = 0  # the rate reply audio reaches this sink at
+        self._sent_bytes: dict[int, int] = {}  # by turn: reply audio that left for the client
         self.voice_speed = 1.0
         self._closing: asyncio.Task[None] | None = None
         self.dropped_audio_bytes = 0
@@ -90,6 +92,7 @@ class ClientSession:
         self.last_activity = self._loop.time()
         self.session = pipeline.open_session(self, "websocket")
         self.session_id = self.session.session_id
+        self.session.sent_samples = self._sent_samples
         self._controls: dict[str, Callable[[dict[str, Any]], None]] = {
             "input.end": self._on_input_end,
             "interrupt": self._on_interrupt,
@@ -99,6 +102,7 @@ class ClientSession:
     # Sink: called from the supervisor's record callback; never awaits.
 
     def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None:
+        self._voice_rate = sample_rate
         resampler = self._resamplers.get(turn_id)
         if resampler is None:
             resampler = self._resamplers[turn_id] = OutputResampler(sample_rate, self.output_rate)
@@ -160,6 +164,12 @@ class ClientSession:
         if self._full_since == full_since:  # not half drained since it overflowed
             self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
 
+    def _sent_samples(self, turn_id: int) -> int:
+        """Reply audio of `turn_id` that left for the client, at the rate the sink got it:
+        an upper bound of what the user heard (the client may still buffer it)."""
+        sent = self._sent_bytes.get(turn_id, 0) // 2
+        return sent * self._voice_rate // self.output_rate
+
     def _push(self, turn_id: int, message: str | bytes) -> None:
         self.last_activity = self._loop.time()
         self._queue.append((turn_id, message))
@@ -174,10 +184,13 @@ class ClientSession:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            _turn, message = self._queue.popleft()
+            turn, message = self._queue.popleft()
             await self.connection.send(message)
             if isinstance(message, bytes):
                 self._queued_audio_bytes -= len(message)
+                self._sent_bytes[turn] = self._sent_bytes.get(turn, 0) + len(message)
+                if len(self._sent_bytes) > 4:  # only recent turns can still be cut
+                    del self._sent_bytes[min(self._sent_bytes)]
                 if self._queued_audio_bytes <= self._queue_max_audio_bytes // 2:
                     self._full_since = None
 
@@ -267,6 +280,8 @@ class ClientSession:
         self._queue = kept
         for turn in [t for t in self._resamplers if t < floor]:
             del self._resamplers[turn]
+        for turn in [t for t in self._sent_bytes if t < floor]:
+            del self._sent_bytes[turn]
         if self._queued_audio_bytes <= self._queue_max_audio_bytes // 2:
             self._full_since = None
         self.send_event("response.audio.clear", turn=floor)

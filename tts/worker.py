@@ -112,8 +112,10 @@ class TTSHandler(TableHandler):
             self.out.send(RecordKind.END_OF_INPUT, session_id=job.session_id, timeout_s=5.0)
             return bool(self.jobs)
         speed = self.speeds.get(job.session_id)
+        fragment_samples = 0
         for chunk in self.voice.synthesize(job.fragment, final=job.final, speed=speed):
             pcm = chunk.pcm.tobytes()
+            fragment_samples += len(chunk.pcm)
             for start in range(0, len(pcm), RECORD_SAMPLES * 2):
                 if key not in self.started:
                     self.started.add(key)
@@ -127,6 +129,12 @@ class TTSHandler(TableHandler):
                     origin_ns=job.origin_ns,
                     timeout_s=5.0,
                 )
+        if job.fragment.strip():
+            # Which text made which samples: the supervisor maps the audio a user heard
+            # before a barge-in back to words (pipeline/heard.py).
+            self.events.stamp(
+                job.session_id, job.turn_id, Stamp.FRAGMENT, fragment_samples, job.fragment
+            )
         if job.final:
             self.started.discard(key)
             self.out.send(

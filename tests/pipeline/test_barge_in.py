@@ -1,6 +1,8 @@
 """Barge-in: the user speaks over a reply; the reply stops, the new turn is answered."""
 
 import asyncio
+import json
+import re
 import time
 
 import jiwer
@@ -8,6 +10,7 @@ import pytest
 
 from pipeline.audio_io import read_clip
 from pipeline.config import PipelineConfig
+from pipeline.heard import CUT_MARK
 from pipeline.run import Pipeline
 
 pytestmark = pytest.mark.slow
@@ -37,7 +40,23 @@ class TimedSink:
             self.turn_done.set()
 
 
-def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir):
+def _bare(word: str) -> str:
+    return word.strip(",;:.?!…—-")
+
+
+def _histories(log_path) -> dict[int, list[dict[str, str]]]:
+    """Turn -> the dialogue history its LLM request was built on (the LLM's debug log)."""
+    found = {}
+    for line in log_path.read_text().splitlines():
+        if match := re.search(r"turn (\d+) history (.*)$", line):
+            found[int(match.group(1))] = json.loads(match.group(2))
+    return found
+
+
+def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir, tmp_path, monkeypatch):
+    """...and the next turn's prompt holds what was heard of the cut reply, not the rest."""
+    monkeypatch.setenv("VOXRELAY_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("VOXRELAY_LOG_LEVEL", "DEBUG")  # the LLM logs each request's history
     first = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
     second = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
 
@@ -71,3 +90,23 @@ def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir):
     barge_in_ms = (cleared_at - speech_start) / 1e6
     print(f"speech start -> clear at the sink: {barge_in_ms:.0f} ms")
     assert 0 < barge_in_ms < 1000
+
+    # What was heard: whole fragments played, a share of the playing one, the cut mark.
+    cut = interrupted[-1]
+    generated = "".join(
+        text
+        for turn, _, kind, text in sink.texts
+        if turn == cut.turn_id and kind == "response.text.delta"
+    ).strip()
+    heard = cut.heard_text
+    print(f"generated: {generated!r}\nheard: {heard!r}")
+    assert heard.endswith(CUT_MARK)
+    heard_words = [_bare(w) for w in heard.removesuffix(CUT_MARK).split()]
+    generated_words = [_bare(w) for w in generated.split()]
+    assert generated_words[: len(heard_words)] == heard_words
+    assert len(heard_words) < len(generated_words)
+    history = _histories(tmp_path / "llm.log")[new_turn]
+    assert history[-2:] == [
+        {"role": "user", "content": cut.transcript},
+        {"role": "assistant", "content": heard},
+    ], history

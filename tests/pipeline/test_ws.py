@@ -351,7 +351,7 @@ def test_input_end_interrupt_and_the_next_turn(server, clips_dir):
                 first.append(await _event(ws, timeout=60))
             await ws.send(json.dumps({"type": "interrupt"}))
             while (cleared := await _event(ws, timeout=10))["type"] != "response.audio.clear":
-                pass
+                first.append(cleared)
             await _stream_clip(ws, clip, 0.0, pace=False)
             await ws.send(json.dumps({"type": "input.end"}))
             second = []
@@ -362,6 +362,9 @@ def test_input_end_interrupt_and_the_next_turn(server, clips_dir):
     first, cleared, second = asyncio.run(scenario())
     first_turn = next(e["turn"] for e in first if e["type"] == "transcript.final")
     assert cleared["turn"] == first_turn + 1
+    # The cut turn's trace says what of its reply was heard (sent, and by real time).
+    cut = next(e for e in first if e["type"] == "trace" and e["turn"] == first_turn)
+    assert cut["barge_in_ns"] and cut["heard_text"].endswith("…"), cut
     # Nothing of the interrupted turn arrives after the clear.
     assert all(e.get("turn", cleared["turn"]) >= cleared["turn"] for e in second), second
     trace = second[-1]
