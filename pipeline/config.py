@@ -29,6 +29,9 @@ class PipelineConfig:
     # The user speaking over a reply cuts it (the ASR's SpeechStart, after its
     # min_speech_ms of voiced audio, decides what counts as speaking).
     barge_in: bool = True
+    # > 0: the speech must also reach this many words in an ASR partial (or the final
+    # transcript) before it cuts the reply, so a "mhm" or a cough does not (0 = off).
+    barge_in_min_words: int = 0
     asr: dict[str, Any] = field(default_factory=dict)
     llm: dict[str, Any] = field(default_factory=dict)
     tts: dict[str, Any] = field(default_factory=dict)
@@ -44,6 +47,10 @@ class PipelineConfig:
             raise ValueError("timeouts must be positive")
         if self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0")
+        if not 0 <= self.barge_in_min_words <= 20:
+            raise ValueError(
+                f"barge_in_min_words must be in 0..20 (0 = off), got {self.barge_in_min_words}"
+            )
 
     def model_names(self) -> tuple[str, str, str]:
         """(ASR model, LLM model, TTS voice) as the stage workers pick them: their setting

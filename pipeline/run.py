@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
 from pipeline.audio_io import Clip
+from pipeline.barge_in import BargeInRule
 from pipeline.config import PipelineConfig
 from pipeline.otel import exporter_from_env
 from pipeline.session import Session, SessionRouter, Sink
@@ -107,14 +108,25 @@ class Pipeline:
         """A live session (a WebSocket client): its output goes to `sink`."""
         session = self.router.open(sink, transport)
         if self.supervisor.config.barge_in:
-            session.on_speech_start = self._on_speech_start
+            # The user speaks while an older turn's reply is pending or playing: cut it
+            # once the rule says the speech counts (pipeline/barge_in.py).
+            rule = BargeInRule(self.supervisor.config.barge_in_min_words)
+
+            def on_speech_start(session: Session, turn_id: int) -> None:
+                if session.replying(before_turn=turn_id) and rule.speech_started(turn_id):
+                    self._barge_in(session, turn_id)
+
+            def on_transcript(session: Session, turn_id: int, text: str, final: bool) -> None:
+                if session.replying(before_turn=turn_id) and rule.heard(turn_id, text, final):
+                    self._barge_in(session, turn_id)
+
+            session.on_speech_start = on_speech_start
+            session.on_transcript = on_transcript
         return session
 
-    def _on_speech_start(self, session: Session, turn_id: int) -> None:
-        """Barge-in: the user speaks while an older turn's reply is pending or playing."""
-        if session.replying(before_turn=turn_id):
-            self.new_turn(session.session_id, turn_id)
-            session.sink.on_text(turn_id, "response.audio.clear", "")
+    def _barge_in(self, session: Session, turn_id: int) -> None:
+        self.new_turn(session.session_id, turn_id)
+        session.sink.on_text(turn_id, "response.audio.clear", "")
 
     def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int, channels: int = 1) -> int:
         """PCM16 (interleaved if stereo) to the ASR without blocking; returns the bytes

@@ -62,6 +62,8 @@ class Session:
         self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
         # Called with (session, turn) when the user starts speaking: barge-in detection.
         self.on_speech_start: Callable[[Session, int], None] | None = None
+        # Called with (session, turn, text, final) for every partial and final transcript.
+        self.on_transcript: Callable[[Session, int, str, bool], None] | None = None
         # Set by a transport that queues after the sink (WebSocket): the samples of a
         # turn (at the reply's rate) that actually left for the client.
         self.sent_samples: Callable[[int], int] | None = None
@@ -194,6 +196,8 @@ class Session:
         stamp = Stamp(point)
         if stamp in _LIVE_TEXT:
             self.sink.on_text(record.turn_id, _LIVE_TEXT[stamp], text)
+            if stamp == Stamp.PARTIAL_TEXT and self.on_transcript is not None:
+                self.on_transcript(self, record.turn_id, text, False)
             return
         if stamp == Stamp.FRAGMENT:
             self._playback(record.turn_id).fragments.append((text, value))
@@ -206,6 +210,8 @@ class Session:
         if stamp == Stamp.TRANSCRIPT:
             trace.transcript = text
             self.sink.on_text(record.turn_id, "transcript.final", text)
+            if self.on_transcript is not None:
+                self.on_transcript(self, record.turn_id, text, True)
         elif stamp == Stamp.REPLY_TEXT:
             trace.reply_text = text
             self.sink.on_text(record.turn_id, "response.text", text)

@@ -8,7 +8,8 @@ import time
 import jiwer
 import pytest
 
-from pipeline.audio_io import read_clip
+from pipeline.audio_io import Clip, read_clip
+from pipeline.barge_in import count_words
 from pipeline.config import PipelineConfig
 from pipeline.heard import CUT_MARK
 from pipeline.run import Pipeline
@@ -110,3 +111,38 @@ def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir, tmp_p
         {"role": "user", "content": cut.transcript},
         {"role": "assistant", "content": heard},
     ], history
+
+
+def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
+    """barge_in_min_words=3: "He" (the first 0.6 s of a clip) over the reply does not cut
+    it; a whole sentence does, once a partial holds three words."""
+    whole = read_clip(clips_dir / "librivox/0880.wav")
+    first = whole.with_silence(0.6)
+    short = Clip(whole.pcm16[: int(0.6 * whole.sample_rate)], whole.sample_rate, 1)
+    second = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
+
+    async def scenario():
+        async with Pipeline(PipelineConfig(barge_in_min_words=3)) as pipeline:
+            sink = TimedSink()
+            session = pipeline.open_session(sink, "test")
+            await pipeline.feed(session.session_id, first, realtime=True)
+            await asyncio.wait_for(sink.first_audio.wait(), 30)
+            await pipeline.feed(session.session_id, short.with_silence(0.8), realtime=True)
+            short_done = len(sink.texts)
+            await pipeline.feed(session.session_id, second, realtime=True)
+            sink.turn_done.clear()
+            await asyncio.wait_for(sink.turn_done.wait(), 60)
+            return sink, short_done
+
+    sink, short_done = asyncio.run(scenario())
+    texts = [(turn, kind, text) for turn, _, kind, text in sink.texts]
+    finals = {turn: text for turn, kind, text in texts if kind == "transcript.final"}
+    print(f"finals: {finals}")
+    clears = [i for i, (_, kind, _) in enumerate(texts) if kind == "response.audio.clear"]
+    assert len(clears) == 1 and clears[0] >= short_done, texts
+    short_turn = min(t for t in finals if t > 0)
+    assert count_words(finals[short_turn]) < 3  # spoken over the reply, did not cut it
+    cut_turn = texts[clears[0]][0]
+    assert cut_turn > short_turn
+    before = [text for turn, kind, text in texts[: clears[0]] if turn == cut_turn]
+    assert any(count_words(text) >= 3 for text in before), before
