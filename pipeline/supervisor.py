@@ -189,13 +189,12 @@ class Supervisor:
         log.error("malformed record from the %s stage dropped: %s", stage_name, why)
 
     def _on_corrupt(self, stage_name: str, consumer: Consumer, why: str) -> None:
-        self.malformed_records[stage_name] += 1
         stage = self._stages.get(stage_name)
-        if stage is None:
-            return
-        if consumer not in stage.corrupt:
-            log.error("%s stage corrupted its ring (%s); restarting it", stage_name, why)
-            stage.corrupt.append(consumer)
+        if stage is None or consumer in stage.corrupt:
+            return  # already seen: the ring stays stuck until the restart skips it
+        self.malformed_records[stage_name] += 1
+        log.error("%s stage corrupted its ring (%s); restarting it", stage_name, why)
+        stage.corrupt.append(consumer)
         if stage.process is not None and stage.process.poll() is None:
             stage.process.kill()  # _on_exit restarts it, after the ring is skipped
 
@@ -232,7 +231,9 @@ class Supervisor:
             await asyncio.sleep(min(0.25, self.config.heartbeat_timeout_s / 4))
             now = time.perf_counter_ns()
             for stage in self._stages.values():
-                beat = stage.status.heartbeat_ns
+                # A stage marks itself ready just before its heartbeat thread starts: under
+                # load the first beat can come late, and a beat of 0 is not a stale one.
+                beat = max(stage.status.heartbeat_ns, stage.status.ready_ns)
                 alive = stage.process is not None and stage.process.poll() is None
                 if stage.status.ready_ns and now - beat > timeout_ns and alive:
                     assert stage.process is not None
