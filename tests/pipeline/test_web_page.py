@@ -1,9 +1,10 @@
 """The browser page of `voxrelay serve` in a real headless Chromium.
 
-Chromium's fake microphone plays a real speech clip (then silence) into the page's
-AudioWorklet; the page streams it over the WebSocket, shows the live transcript, plays
-the reply and draws the latency waterfall. The page's own counters
-(`window.voxrelayStats`) say what it received and played.
+Chromium's fake microphone plays a real speech clip (then silence, in a loop) into the
+page's AudioWorklet; the page streams it over the WebSocket, shows the live transcript,
+plays the reply and draws the latency waterfall; its Apply and Interrupt buttons change
+the session's settings and stop a reply. The page's own counters
+(`window.voxrelayStats`) say what it received, played and stopped.
 """
 
 import json
@@ -24,6 +25,9 @@ from pipeline.audio_io import read_clip
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 EXPECTED = "he was not an ill disposed young man"
+# The fake microphone loops the clip and this much silence: the first reply has finished
+# playing when the clip speaks again, and the second reply is the one interrupted.
+LOOP_SILENCE_S = 10.0
 
 pytestmark = pytest.mark.slow
 
@@ -66,8 +70,8 @@ def serve_url(clips_dir, tmp_path):
 
 
 def _fake_capture_wav(clips_dir: Path, path: Path) -> Path:
-    """The clip plus 2 s of silence, as the 16-bit PCM WAV Chromium's fake device reads."""
-    clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(2.0)
+    """The clip plus silence, as the 16-bit PCM WAV Chromium's fake device reads."""
+    clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(LOOP_SILENCE_S)
     with wave.open(str(path), "wb") as wav:
         wav.setnchannels(clip.channels)
         wav.setsampwidth(2)
@@ -101,7 +105,7 @@ def browser(clips_dir, tmp_path):
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={capture}%noloop",
+        f"--use-file-for-fake-audio-capture={capture}",  # loops
         "--autoplay-policy=no-user-gesture-required",
         "--window-size=1000,800",
     ):
@@ -148,6 +152,17 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
 
     _wait_for(browser, lambda s: "session.created" in _types(s), 30, "session.created")
     assert browser.find_element("id", "status").text.startswith("session ")
+
+    # Apply: a system prompt and a voice speed, acknowledged before the user stops talking.
+    browser.find_element("id", "instructions").send_keys("Answer in one short sentence.")
+    speed = browser.find_element("id", "speed")
+    speed.clear()
+    speed.send_keys("1.3")
+    browser.find_element("id", "apply").click()
+    stats = _wait_for(browser, lambda s: "session.updated" in _types(s), 10, "session.updated")
+    updated = next(e for e in stats["events"] if e["type"] == "session.updated")
+    assert updated == {"type": "session.updated", "instructions": True, "voice_speed": 1.3}
+    assert "voice speed 1.3" in browser.find_element("css selector", "#dialogue .info").text
     stats = _wait_for(browser, lambda s: "transcript.partial" in _types(s), 60, "a live partial")
     partial = next(e for e in stats["events"] if e["type"] == "transcript.partial")
     stats = _wait_for(browser, lambda s: "trace" in _types(s), 90, "the turn's trace")
@@ -177,16 +192,42 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
     assert shown == final
     assert browser.find_element("css selector", "#dialogue .bot .text").text == trace["reply_text"]
     rows = browser.find_elements("css selector", "#waterfall .row")
-    assert len(rows) == 1
+    assert len(rows) == 1, "the second utterance came before the first reply ended"
     bars = rows[0].find_elements("css selector", ".bars div")
     assert {bar.get_attribute("class") for bar in bars} >= {"endpoint_ms", "llm_ttft_ms"}
     assert rows[0].find_element("css selector", ".ttfa").text == f"{trace['ttfa_ms']:.0f} ms"
+
+    # The looped clip speaks again: Interrupt while its reply plays.
+    first_chunks = stats["chunksReceived"]
+    stats = _wait_for(
+        browser,
+        lambda s: s["chunksReceived"] > first_chunks + 2,
+        LOOP_SILENCE_S + 30,
+        "the second reply's audio",
+    )
+    browser.find_element("id", "interrupt").click()
+    clicked_at = len(stats["events"])
+    stats = _wait_for(
+        browser,
+        lambda s: (
+            "response.audio.clear" in _types(s)[clicked_at:] and "trace" in _types(s)[clicked_at:]
+        ),
+        10,
+        "response.audio.clear after Interrupt",
+    )
+    assert stats["chunksStopped"] > 0  # reply audio was scheduled, and cut
+    time.sleep(1.0)
+    after = _stats(browser)
+    assert after["chunksPlayed"] == stats["chunksPlayed"]  # nothing plays any more
+    assert after["chunksPlayed"] + after["chunksStopped"] == after["chunksReceived"]
+    cut = [e for e in after["events"][clicked_at:] if e["type"] == "trace"][0]
+    assert cut["barge_in_ns"] and cut["heard_text"], cut  # what of it was heard
 
     screenshot = tmp_path / "voxrelay-page.png"
     assert browser.save_screenshot(str(screenshot))
     print(
         f"\nscreenshot: {screenshot}  partial: {partial['text']!r}  final: {final!r}  "
         f"reply: {trace['reply_text']!r}  ttfa: {trace['ttfa_ms']:.0f} ms  "
-        f"played {stats['chunksPlayed']} chunks ({received_ms:.0f} ms) "
-        f"in {time.monotonic() - started:.1f} s"
+        f"first reply {received_ms:.0f} ms; second cut after {after['chunksPlayed']} "
+        f"chunks in all, heard {cut['heard_text']!r}; in {time.monotonic() - started:.1f} s"
     )
