@@ -60,7 +60,7 @@ class ServerConfig:
     idle_timeout_s: float = 300.0
     max_turn_audio_s: float = 60.0
     send_queue_audio_s: float = 30.0  # reply audio buffered per client before dropping
-    stalled_client_s: float = 10.0  # the queue stays full this long: close with 1008
+    stalled_client_s: float = 10.0  # overflowed, then reads nothing this long: close 1008
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

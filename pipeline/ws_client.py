@@ -78,7 +78,8 @@ class ClientSession:
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
-        self._full_since: float | None = None  # the queue overflowed; None once half drained
+        self._overflowed = False  # reply audio was dropped since the writer was last idle
+        self._last_sent = self._loop.time()  # the writer's last completed send
         self._stall_check: asyncio.TimerHandle | None = None
         self._voice_rate = 0  # the rate reply audio reaches this sink at
         self._sent_bytes: dict[int, int] = {}  # by turn: reply audio that left for the client
@@ -149,20 +150,31 @@ class ClientSession:
             return
         if self._queued_audio_bytes + len(pcm16) > self._queue_max_audio_bytes:
             # Never wait for a slow client here: drop, count, and close it if it stays slow
-            # (a timer: the reply may end, and nothing else arrive, while it stays full).
+            # (a timer: the reply may end, and nothing else arrive, while it stays stuck).
             self.dropped_audio_bytes += len(pcm16)
-            if self._full_since is None:
-                self._full_since = self._loop.time()
+            self._overflowed = True
+            if self._stall_check is None:
                 self._stall_check = self._loop.call_later(
-                    self.config.stalled_client_s, self._close_if_stalled, self._full_since
+                    self.config.stalled_client_s, self._check_stalled
                 )
             return
         self._queued_audio_bytes += len(pcm16)
         self._push(turn_id, pcm16)
 
-    def _close_if_stalled(self, full_since: float) -> None:
-        if self._full_since == full_since:  # not half drained since it overflowed
+    def _check_stalled(self) -> None:
+        """Stalled: the queue overflowed, and the client has taken nothing for
+        `stalled_client_s` while reply audio waits for it. One that still reads, however
+        slowly, only loses audio."""
+        self._stall_check = None
+        if not self._overflowed:
+            return  # the writer has caught up since
+        waited = self._loop.time() - self._last_sent
+        if waited >= self.config.stalled_client_s:
             self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
+        else:
+            self._stall_check = self._loop.call_later(
+                self.config.stalled_client_s - waited, self._check_stalled
+            )
 
     def _sent_samples(self, turn_id: int) -> int:
         """Reply audio of `turn_id` that left for the client, at the rate the sink got it:
@@ -180,19 +192,19 @@ class ClientSession:
         """Drains the outgoing queue into the socket; ends when the connection does."""
         while True:
             if not self._queue:
+                self._overflowed = False
                 self._drained.set()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             turn, message = self._queue.popleft()
             await self.connection.send(message)
+            self._last_sent = self._loop.time()
             if isinstance(message, bytes):
                 self._queued_audio_bytes -= len(message)
                 self._sent_bytes[turn] = self._sent_bytes.get(turn, 0) + len(message)
                 if len(self._sent_bytes) > 4:  # only recent turns can still be cut
                     del self._sent_bytes[min(self._sent_bytes)]
-                if self._queued_audio_bytes <= self._queue_max_audio_bytes // 2:
-                    self._full_since = None
 
     def abort(self, code: int, reason: str) -> None:
         """Close this connection from a callback that must not await."""
@@ -282,8 +294,6 @@ class ClientSession:
             del self._resamplers[turn]
         for turn in [t for t in self._sent_bytes if t < floor]:
             del self._sent_bytes[turn]
-        if self._queued_audio_bytes <= self._queue_max_audio_bytes // 2:
-            self._full_since = None
         self.send_event("response.audio.clear", turn=floor)
 
     def _on_session_update(self, message: dict[str, Any]) -> None:

@@ -432,7 +432,7 @@ def _small_server(server, **limits):
 @pytest.mark.slow
 def test_a_client_that_stops_reading_is_closed_with_1008_and_others_are_served(server, clips_dir):
     clip = read_clip(clips_dir / "librivox/0880.wav")
-    small, port = _small_server(server, send_queue_audio_s=1.0, stalled_client_s=1.0)
+    small, port = _small_server(server, send_queue_audio_s=0.5, stalled_client_s=1.0)
 
     async def stop_reading():
         # Small buffers on the client's side too, so its backlog reaches the server's queue.
