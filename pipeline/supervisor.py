@@ -18,20 +18,18 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from ipc.channel import ChannelSpec, make_channel
+from ipc.channel import make_channel
 from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
 from ipc.ring import Consumer, Producer, RingCorrupt, dropped_records
 from pipeline.config import PipelineConfig
 from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE
+from pipeline.stage_process import StageLogs, StageProcess
 from pipeline.status import StageStatus
 
 log = logging.getLogger("voxrelay.supervisor")
@@ -41,29 +39,6 @@ RecordCallback = Callable[[str, Record], None]
 
 class StageFailed(RuntimeError):
     """A stage could not start, or died more often than the restart budget allows."""
-
-
-@dataclass(slots=True)
-class StageProcess:
-    name: str
-    specs: dict[str, ChannelSpec]
-    status: StageStatus
-    control: Producer
-    events: Consumer
-    stage_config: dict[str, object]
-    process: subprocess.Popen[bytes] | None = None
-    pidfd: int = -1
-    restarts: int = 0
-    stderr_path: str = ""
-    started_ns: int = field(default=0)
-    # Rings from this stage that it left corrupt: skipped to their head before it restarts.
-    corrupt: list[Consumer] = field(default_factory=list)
-
-    def fds(self) -> tuple[int, ...]:
-        owned = [self.status.fd]
-        for spec in self.specs.values():
-            owned.extend(spec.inheritable_fds())
-        return tuple(owned)
 
 
 class Supervisor:
@@ -78,11 +53,8 @@ class Supervisor:
         self._watchdog: asyncio.Task[None] | None = None
         self._closing = False
         self.on_restart: Callable[[str, str], None] = lambda stage, why: None
-        # Stage logs: a private directory removed on a clean stop; kept (and named in the
-        # log) when a stage crashed, or always when VOXRELAY_LOG_DIR names one.
-        self.log_dir = os.environ.get("VOXRELAY_LOG_DIR", "")
-        self._keep_logs = bool(self.log_dir)
-        self.crashed = False
+        self.logs = StageLogs()
+        self.crashed = False  # a stage exited or was killed: its logs are kept
         self.malformed_records: dict[str, int] = dict.fromkeys(STAGES, 0)
         audio_in = make_channel("shm", config.audio_ring_bytes)
         asr_llm = make_channel(config.transport, config.token_ring_bytes)
@@ -138,7 +110,7 @@ class Supervisor:
             f"--parent={os.getpid()}",
             f"--config={json.dumps(stage.stage_config)}",
         ]
-        err = open(stage.stderr_path or self._log_path(stage.name), "ab")  # noqa: SIM115
+        err = open(stage.stderr_path or self.logs.path(stage.name), "ab")  # noqa: SIM115
         stage.stderr_path = err.name
         stage.process = subprocess.Popen(
             cmd, pass_fds=stage.fds(), stdin=subprocess.DEVNULL, stdout=err, stderr=err
@@ -155,12 +127,12 @@ class Supervisor:
             assert stage.process is not None
             if stage.process.poll() is not None:
                 self.crashed = True
-                raise StageFailed(f"{stage.name} stage exited while starting: {_tail(stage)}")
+                raise StageFailed(f"{stage.name} stage exited while starting: {stage.log_tail()}")
             if time.monotonic() > deadline:
                 self.crashed = True
                 raise StageFailed(
                     f"{stage.name} stage did not start within "
-                    f"{self.config.start_timeout_s:.0f} s: {_tail(stage)}"
+                    f"{self.config.start_timeout_s:.0f} s: {stage.log_tail()}"
                 )
             await asyncio.sleep(0.02)
 
@@ -328,33 +300,13 @@ class Supervisor:
         for spec in self._channel_specs:
             if spec.ring is not None:
                 spec.ring.close()
-        self._remove_logs()
+        self.logs.finish(self.crashed)
 
-    def _log_path(self, name: str) -> str:
-        if not self.log_dir:
-            self.log_dir = tempfile.mkdtemp(prefix=f"voxrelay-{os.getpid()}-")
-        os.makedirs(self.log_dir, exist_ok=True)
-        return os.path.join(self.log_dir, f"{name}.log")
-
-    def _remove_logs(self) -> None:
-        if not self.log_dir or self._keep_logs:
-            return
-        if self.crashed:
-            log.warning("a stage crashed during this run: stage logs kept in %s", self.log_dir)
-            return
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+    @property
+    def log_dir(self) -> str:
+        return self.logs.directory
 
 
 def stage_environment() -> dict[str, str]:
     """Environment for stage processes: passive OpenMP waiting (see pipeline.openmp)."""
     return {POLICY_VARIABLE: DEFAULT_POLICY, **os.environ}
-
-
-def _tail(stage: StageProcess, lines: int = 5) -> str:
-    try:
-        with open(stage.stderr_path, "rb") as f:
-            text = f.read()[-4000:].decode(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no log)"
-    tail = " | ".join(text[-lines:]) or "(empty log)"
-    return f"{tail} (log: {stage.stderr_path})"

@@ -1,0 +1,72 @@
+"""One stage process as the supervisor sees it, and where the stages' logs go."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+from ipc.channel import ChannelSpec
+from ipc.ring import Consumer, Producer
+from pipeline.status import StageStatus
+
+log = logging.getLogger("voxrelay.supervisor")
+
+
+@dataclass(slots=True)
+class StageProcess:
+    name: str
+    specs: dict[str, ChannelSpec]
+    status: StageStatus
+    control: Producer
+    events: Consumer
+    stage_config: dict[str, object]
+    process: subprocess.Popen[bytes] | None = None
+    pidfd: int = -1
+    restarts: int = 0
+    stderr_path: str = ""
+    started_ns: int = field(default=0)
+    # Rings from this stage that it left corrupt: skipped to their head before it restarts.
+    corrupt: list[Consumer] = field(default_factory=list)
+
+    def fds(self) -> tuple[int, ...]:
+        owned = [self.status.fd]
+        for spec in self.specs.values():
+            owned.extend(spec.inheritable_fds())
+        return tuple(owned)
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            with open(self.stderr_path, "rb") as f:
+                text = f.read()[-4000:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        tail = " | ".join(text[-lines:]) or "(empty log)"
+        return f"{tail} (log: {self.stderr_path})"
+
+
+class StageLogs:
+    """The stages' stderr files: a private directory (`voxrelay-<pid>-XXXX` under $TMPDIR)
+    removed when the run ends cleanly, kept and named when a stage crashed; with
+    VOXRELAY_LOG_DIR, that directory, always kept."""
+
+    def __init__(self) -> None:
+        self.directory = os.environ.get("VOXRELAY_LOG_DIR", "")
+        self._keep = bool(self.directory)
+
+    def path(self, stage: str) -> str:
+        if not self.directory:
+            self.directory = tempfile.mkdtemp(prefix=f"voxrelay-{os.getpid()}-")
+        os.makedirs(self.directory, exist_ok=True)
+        return os.path.join(self.directory, f"{stage}.log")
+
+    def finish(self, crashed: bool) -> None:
+        if not self.directory or self._keep:
+            return
+        if crashed:
+            log.warning("a stage crashed during this run: stage logs kept in %s", self.directory)
+            return
+        shutil.rmtree(self.directory, ignore_errors=True)
