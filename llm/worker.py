@@ -2,7 +2,9 @@
 
 Each session keeps its dialogue (bounded: the oldest exchanges are dropped first when
 the prompt would not leave room for a full reply). A committed transcript (FINAL)
-becomes a request; every engine step's tokens go to TTS at once.
+becomes a request; every engine step's tokens go to TTS at once. A reply cut by
+barge-in stays in the dialogue as what the user heard of it: the supervisor sends that
+text (HEARD) right behind the NEW_TURN that aborted it.
 
 Incremental prefill: while the user speaks, every PARTIAL with a longer stable prefix
 extends an open request (`prompt_complete=False`) holding system prompt + dialogue +
