@@ -71,7 +71,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_turn_audio_s=args.max_turn_audio,
     )
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(serve_forever(config, PipelineConfig(transport=args.transport), trace))
+    pipeline_config = PipelineConfig(
+        transport=args.transport, barge_in_min_words=args.barge_in_min_words
+    )
+    asyncio.run(serve_forever(config, pipeline_config, trace))
     return 0
 
 
@@ -209,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-turn-audio", type=float, default=60.0, metavar="SECONDS")
     serve.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
     serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
+    serve.add_argument(
+        "--barge-in-min-words",
+        type=int,
+        default=0,
+        metavar="N",
+        help="speech over a reply cuts it only once the ASR has heard N words (0: at once)",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     llm_serve = sub.add_parser(
