@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 MODELS_STAMP := $(VENV)/.models
 DEMO_WAV := demo/ill-disposed.wav
 
-.PHONY: setup models system-deps demo test test-fast lint bench clean
+.PHONY: setup models system-deps demo test test-fast lint bench soak clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,11 @@ test-fast: models
 
 bench: models
 	$(PY) -m bench
+
+# Long forms of the soak and fuzz tests (their short forms run in `make test`): 500 turns
+# in one session and across sessions, 10,000 inputs per fuzz target. About an hour.
+soak: models
+	VOXRELAY_SOAK=1 $(PY) -m pytest -q -s -m soak --timeout=14400
 
 clean:
 	rm -rf $(VENV) reply.wav traces.jsonl

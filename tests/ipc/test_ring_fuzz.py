@@ -11,12 +11,15 @@ import mmap
 import os
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ipc.records import HEADER, HEADER_BYTES, Record, RecordKind, decode, padded, split_text_pair
 from ipc.ring import CONTROL_BYTES, Consumer, Producer, RingCorrupt, create_ring
 from tests.soak import bounded_resources, examples
+
+pytestmark = pytest.mark.soak
 
 CAPACITY = 4096
 SETTINGS = settings(

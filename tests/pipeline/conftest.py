@@ -1,5 +1,10 @@
+import os
+
 import pytest
 
+from pipeline.audio_io import read_clip
+from pipeline.config import PipelineConfig
+from tests.pipeline.pipeline_thread import PipelineThread
 from tests.pipeline.serve_process import ServeProcess
 
 
@@ -11,3 +16,20 @@ def serve_process(clips_dir, tmp_path_factory):
     yield server
     code = server.stop()
     assert code == 0, server.log_tail()
+
+
+@pytest.fixture(scope="session")
+def shared_pipeline(clips_dir):
+    """One real Pipeline on a background loop for the reliability and soak modules, warmed
+    by one turn. Short replies: those tests are about turns, not decode speed."""
+    config = PipelineConfig(heartbeat_timeout_s=1.0, max_restarts=50, llm={"max_new_tokens": 16})
+    thread = PipelineThread(config)
+    warm = thread.call(thread.pipeline.run_clip(read_clip(clips_dir / "cards/005.wav")))
+    assert not warm.errors, warm.errors
+    yield thread
+    supervisor = thread.pipeline.supervisor
+    thread.stop()
+    if supervisor.crashed:  # stages were killed: the logs stay, and the supervisor said where
+        assert sorted(os.listdir(supervisor.log_dir)) == ["asr.log", "llm.log", "tts.log"]
+    else:  # a clean stop removes them
+        assert not os.path.exists(supervisor.log_dir)

@@ -21,7 +21,7 @@ from pipeline.audio_io import read_clip
 from tests.pipeline.serve_process import AUTH, TOKEN, one_turn
 from tests.soak import SOAK, examples
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.soak]
 
 CLOSE_CODES = {1000, 1001, 1008, 1009, 1013}  # docs/protocol.md
 FRAMING_CLOSE_CODES = {1002, 1007, 1009}  # broken framing, bad UTF-8, too big (RFC 6455)

@@ -1,0 +1,115 @@
+"""Soak: many consecutive turns in one session and across sessions, with the real models.
+
+After a warm-up (first-turn allocations, caches filling), resident memory of the
+supervisor and the three stage processes grows less than 5 %, and their open fds and
+threads stay exactly constant. CI runs a short form; `make soak` (VOXRELAY_SOAK=1) runs
+500 turns each.
+"""
+
+import asyncio
+import time
+
+import psutil
+import pytest
+
+from pipeline.audio_io import read_clip
+from tests.pipeline.pipeline_thread import fd_census, stage_children
+from tests.soak import SOAK
+
+pytestmark = [pytest.mark.slow, pytest.mark.soak]
+
+TURNS = 500 if SOAK else 6
+WARMUP = 25 if SOAK else 2
+MAX_RSS_GROWTH = 0.05
+
+
+@pytest.fixture(scope="module")
+def soaked(shared_pipeline, clips_dir):
+    return shared_pipeline, read_clip(clips_dir / "cards/005.wav").with_silence(1.0)
+
+
+class _TurnSink:
+    def __init__(self) -> None:
+        self.done: asyncio.Queue = asyncio.Queue()
+        self.errors: list[str] = []
+
+    def on_audio(self, turn_id, pcm16, sample_rate):
+        pass
+
+    def on_text(self, turn_id, kind, text):
+        pass
+
+    def on_error(self, turn_id, message):
+        self.errors.append(message)
+
+    def on_turn_done(self, trace):
+        self.done.put_nowait(trace)
+
+
+def _census() -> dict:
+    """Memory, fds and threads of this process and its stage processes."""
+    processes = [psutil.Process(), *stage_children().values()]
+    return {
+        "rss": sum(p.memory_info().rss for p in processes),
+        "fds": [fd_census(p.pid)[0] for p in processes],
+        "threads": [p.num_threads() for p in processes],
+    }
+
+
+def _check(baseline: dict, end: dict, label: str) -> None:
+    growth = end["rss"] / baseline["rss"] - 1
+    print(
+        f"{label}: RSS {baseline['rss'] / 2**20:.0f} MiB -> {end['rss'] / 2**20:.0f} MiB "
+        f"({growth:+.2%}), fds {end['fds']}, threads {end['threads']}"
+    )
+    assert growth < MAX_RSS_GROWTH, f"RSS grew {growth:.1%}"
+    assert end["fds"] == baseline["fds"], "open fds changed"
+    assert end["threads"] == baseline["threads"], "thread count changed"
+
+
+def test_consecutive_turns_in_one_session(soaked):
+    thread, clip = soaked
+    pipeline = thread.pipeline
+
+    async def turns() -> tuple[dict, dict, list, int]:
+        sink = _TurnSink()
+        session = pipeline.open_session(sink, "soak")
+        baseline: dict = {}
+        answered = []
+        for index in range(TURNS):
+            await pipeline.feed(session.session_id, clip, realtime=False)
+            trace = await asyncio.wait_for(sink.done.get(), 120)
+            answered.append(trace)
+            # A user who lets the reply finish: speaking over it would be a barge-in.
+            await asyncio.sleep(max(0.0, (session.playback_end_ns - time.perf_counter_ns()) / 1e9))
+            assert not sink.errors, sink.errors
+            if index + 1 == WARMUP:
+                baseline = _census()
+        open_turns = len(session.turns)
+        pipeline.close_session(session.session_id)
+        return baseline, _census(), answered, open_turns
+
+    baseline, end, answered, open_turns = thread.call(turns(), timeout=TURNS * 120)
+    assert [t.turn_id for t in answered] == list(range(TURNS))  # one turn per utterance
+    silent = [t.to_dict() for t in answered if t.error or not t.first_audio_out_ns]
+    assert not silent, silent
+    assert open_turns <= 1, "finished turns left traces behind"
+    _check(baseline, end, f"{TURNS} turns in one session")
+
+
+def test_turns_across_sessions(soaked):
+    thread, clip = soaked
+    pipeline = thread.pipeline
+
+    async def sessions() -> tuple[dict, dict]:
+        baseline: dict = {}
+        for index in range(TURNS):
+            result = await pipeline.run_clip(clip, realtime=False, trailing_silence_s=0.0)
+            assert not result.errors and len(result.traces) == 1, result.errors
+            if index + 1 == WARMUP:
+                baseline = _census()
+        return baseline, _census()
+
+    baseline, end = thread.call(sessions(), timeout=TURNS * 120)
+    assert pipeline.router.sessions == {}
+    _check(baseline, end, f"{TURNS} sessions of one turn")
