@@ -22,6 +22,12 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("WebSocket TTFA p95, 1 session (ms)", "ws.ttfa_ms.p95.1"),
     ("WebSocket TTFA p50, 4 concurrent sessions (ms)", "ws.ttfa_ms.p50.4"),
     ("WebSocket TTFA p95, 4 concurrent sessions (ms)", "ws.ttfa_ms.p95.4"),
+    ("SIP TTFA p50, 1 call (ms; to the first reply RTP packet)", "sip.ttfa_ms.p50.1"),
+    ("SIP TTFA p50, 4 concurrent calls (ms)", "sip.ttfa_ms.p50.4"),
+    (
+        "SIP bridge: pipeline's first reply sample -> first RTP packet, p50 (ms)",
+        "sip.rtp_out_ms.p50.1",
+    ),
     ("ASR tiny.en: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.tiny.en"),
     ("ASR tiny.en: end of speech -> SpeculativeEnd, p50 (ms)", "asr.speculative_ms.p50.tiny.en"),
     ("ASR base: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.base"),

@@ -1,0 +1,119 @@
+"""TTFA over SIP, 1 and 4 concurrent calls (issue 7).
+
+Python callers on loopback dial `voxrelay sip`, stream real clips narrowed to 8 kHz as
+paced PCMU RTP (20 ms packets), then silence. TTFA is the end of the caller's speech
+(the ASR's speech-end stamp) to the arrival of the first RTP packet of the reply at
+the caller, both on the host's monotonic clock: what a caller hears, including the
+resampling to 8 kHz, G.711 and the 20 ms packet pacing. `sip.rtp_out_ms` isolates
+what the bridge adds: the pipeline's first reply sample leaving for the call's sink to
+the first RTP packet arriving at the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import soxr
+
+from bench.e2e import corpus
+from ipc.records import Stamp
+from pipeline.audio_io import Clip
+from pipeline.config import PipelineConfig
+from pipeline.run import Pipeline
+from pipeline.sip.caller import Caller
+from pipeline.sip.config import SipConfig
+from pipeline.sip.server import SipServer
+
+
+def _narrowband(clip: Clip, trailing_silence_s: float = 1.0) -> bytes:
+    samples = soxr.resample(clip.mono_float(), clip.sample_rate, 8000)
+    pcm = np.clip(samples * 32768, -32768, 32767).astype("<i2")
+    return np.concatenate([pcm, np.zeros(int(8000 * trailing_silence_s), "<i2")]).tobytes()
+
+
+async def _one_call(server: SipServer, pcm16: bytes) -> tuple[float, float] | None:
+    """One call, one turn; returns its (TTFA, bridge) ms, None if the turn failed."""
+    caller = Caller(server.local)
+    await caller.open()
+    try:
+        reply = await caller.dial()
+        if reply.status != 200:
+            return None
+        call = server.calls[caller.call_id]
+        await caller.stream(pcm16)
+        async with asyncio.timeout(60):
+            while not (call.bridge and call.bridge.traces) or not caller.received:
+                await asyncio.sleep(0.05)
+        trace = call.bridge.traces[0]
+        speech_end_ns = trace.stamps.get(Stamp.SPEECH_END)
+        await caller.hangup()
+        if speech_end_ns is None or trace.error:
+            return None
+        first_rtp_ns = caller.received[0][0]
+        return (first_rtp_ns - speech_end_ns) / 1e6, (first_rtp_ns - trace.first_audio_out_ns) / 1e6
+    except TimeoutError:
+        return None
+    finally:
+        caller.close()
+
+
+async def _measure(calls: list[bytes]) -> dict[int, list[tuple[float, float]]]:
+    measured: dict[int, list[tuple[float, float]]] = {1: [], 4: []}
+    async with Pipeline(PipelineConfig(), transport_name="sip") as pipeline:
+        server = SipServer(pipeline, SipConfig(port=0))
+        await server.start()
+        try:
+            await _one_call(server, calls[0])  # warm-up
+            for pcm16 in calls[:4]:
+                ttfa = await _one_call(server, pcm16)
+                if ttfa is not None:
+                    measured[1].append(ttfa)
+            for round_start in (0, 4):
+                batch = [calls[(round_start + i) % len(calls)] for i in range(4)]
+                results = await asyncio.gather(*(_one_call(server, c) for c in batch))
+                measured[4] += [t for t in results if t is not None]
+        finally:
+            server.stop()
+    return measured
+
+
+def run() -> dict[str, float]:
+    calls = [_narrowband(clip) for _name, clip in corpus()]
+    measured = asyncio.run(_measure(calls))
+    results: dict[str, float] = {}
+    for count, pairs in measured.items():
+        results[f"sip.turns.{count}"] = float(len(pairs))
+        for index, name in enumerate(("ttfa_ms", "rtp_out_ms")):
+            values = [pair[index] for pair in pairs]
+            for pct in (50, 95):
+                results[f"sip.{name}.p{pct}.{count}"] = (
+                    round(float(np.percentile(values, pct)), 1) if values else float("nan")
+                )
+    results["sip.ttfa_4_over_1.p50"] = round(
+        results["sip.ttfa_ms.p50.4"] / results["sip.ttfa_ms.p50.1"], 2
+    )
+    return results
+
+
+def table(results: dict[str, float]) -> str:
+    header = f"{'calls':9} {'turns':>6} {'p50':>8} {'p95':>8} {'bridge p50':>11} {'p95':>6}"
+    lines = [
+        "SIP bridge: TTFA (ms) per call, end of speech -> first reply RTP packet (PCMU);",
+        "bridge: the pipeline's first reply sample -> that RTP packet at the caller",
+        header,
+    ]
+    for count in (1, 4):
+        lines.append(
+            f"{count:<9} {results[f'sip.turns.{count}']:>6.0f} "
+            f"{results[f'sip.ttfa_ms.p50.{count}']:>8.1f} "
+            f"{results[f'sip.ttfa_ms.p95.{count}']:>8.1f} "
+            f"{results[f'sip.rtp_out_ms.p50.{count}']:>11.1f} "
+            f"{results[f'sip.rtp_out_ms.p95.{count}']:>6.1f}"
+        )
+    lines.append(f"4 concurrent / 1 call, p50: {results['sip.ttfa_4_over_1.p50']:.2f}x")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(run()))
