@@ -75,7 +75,7 @@ class RtpPort(asyncio.DatagramProtocol):
     def update(self, answer: Answer, peer: Address, held: bool) -> None:
         """A re-INVITE: new codec, address or hold state; the stream keeps its SSRC."""
         self.answer, self.peer, self.held = answer, peer, held
-        self.pacer.paused = held
+        self.pacer.set_paused(held)
 
     def start(self) -> None:
         self.pacer.start()

@@ -57,6 +57,11 @@ class Pacer:
         self._flush = False
         self._wake.set()
 
+    def set_paused(self, paused: bool) -> None:
+        """Hold keeps the queue and sends nothing; resuming sends what is queued."""
+        self.paused = paused
+        self._wake.set()
+
     def flush(self) -> None:
         self._flush = True
         self._wake.set()

@@ -37,6 +37,7 @@ class SipServer(asyncio.DatagramProtocol):
         self.rejected: dict[int, int] = {}  # status -> count
         self.dropped_datagrams = 0
         self._transport: asyncio.DatagramTransport | None = None
+        self.local: Address = (config.host, config.port)  # the bound address after start()
         timers = Timers(t1_s=config.t1_s)
         self.server_transactions = ServerTransactions(self._sendto, timers)
         self.client_transactions = ClientTransactions(self._sendto, timers)

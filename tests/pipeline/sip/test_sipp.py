@@ -27,7 +27,7 @@ def servers():
     async def start():
         for name, overrides in (
             ("open", {}),
-            ("ringing", {"answer_delay_s": 3.0}),
+            ("ringing", {"answer_delay_s": 15.0}),  # CANCEL lands while ringing, even under load
             ("strict", {"allow": ("10.0.0.0/8",)}),
         ):
             server = SipServer(FakePipeline(), SipConfig(port=0, **overrides))
