@@ -17,6 +17,7 @@ from asr.transcribe import transcribe_file
 from pipeline.config import PipelineConfig
 from pipeline.run import Pipeline
 from pipeline.sip.audiosocket import AudioSocketServer, Kind, frame, read_frame
+from pipeline.sip.caller import Caller
 from pipeline.sip.config import SipConfig
 from pipeline.sip.server import SipServer
 from tests.pipeline.sip.peers import (
@@ -216,3 +217,37 @@ def test_audiosocket_client_runs_a_clip_through_the_bridge(bridge, clips_dir):
         .__dict__.get("finished", [])
     ]
     assert turns and jiwer.wer("ten of clubs", _words(turns[0].transcript)) <= 0.34
+
+
+def test_barge_in_on_a_call_stops_playback_and_drops_queued_rtp(bridge, clips_dir):
+    first = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=1.0)
+    interruption = clip_8k(clips_dir / "numbers.raw", trailing_silence_s=1.5)
+    server = bridge["sip"]
+
+    async def call():
+        caller = Caller(server.local)
+        await caller.open()
+        assert (await caller.dial()).status == 200
+        sip_call = server.calls[caller.call_id]
+        await caller.stream(first)
+        async with asyncio.timeout(60):
+            while not caller.received:  # the reply has started playing
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        await caller.stream(interruption)  # the caller talks over the reply
+        async with asyncio.timeout(30):
+            while not any(e.kind == "barge_in" for e in sip_call.bridge.events):
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        await caller.hangup()
+        caller.close()
+        return caller, sip_call
+
+    caller, sip_call = bridge["thread"].call(call())
+    cleared_ns = next(e.at_ns for e in sip_call.bridge.events if e.kind == "barge_in")
+    assert sip_call.rtp.pacer.dropped_bytes > 0, "nothing was queued to drop"
+    # After the clear, the old reply's packets stop within a frame or two; anything later
+    # must be a new reply (its first packet carries the marker bit).
+    late = [p for t, p in caller.received if t > cleared_ns + 60_000_000]
+    assert not late or late[0].marker, "the interrupted reply kept playing"
+    print(f"barge-in dropped {sip_call.rtp.pacer.dropped_bytes / 16:.0f} ms of queued reply")
