@@ -119,6 +119,7 @@ class ASRHandler(TableHandler):
         self.events.stamp(session_id, turn, Stamp.PARTIAL_TEXT, len(event.stable.encode()), text)
 
     def _speculative_end(self, session_id: int, event: SpeculativeEnd) -> None:
+        self.events.stamp(session_id, self._turn(session_id, event), Stamp.SPECULATIVE_END)
         self.out.send(
             RecordKind.SPECULATIVE_END,
             event.text.encode(),
