@@ -48,6 +48,9 @@ class RecordKind(IntEnum):
     # be heard. LLM -> TTS -> supervisor, in order with the turn's audio; a sink holds a
     # turn's audio until this arrives. A RESUME on the same path drops what it held.
     COMMIT = 16
+    # ASR -> LLM: words already sent as stable were revised by a later decode; payload
+    # text = the stable prefix that still holds (the LLM rolls its open prompt back).
+    ROLLBACK = 17
 
 
 class RecordFlag(IntFlag):

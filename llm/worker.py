@@ -163,6 +163,7 @@ class LLMHandler(TableHandler):
         self._request_ids = itertools.count(1)
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.PARTIAL: self._on_partial,
+            RecordKind.ROLLBACK: self._on_rollback,
             RecordKind.SPECULATIVE_END: self._on_speculative_end,
             RecordKind.RESUME: self._on_resume,
             RecordKind.FINAL: self._on_final,
@@ -172,26 +173,41 @@ class LLMHandler(TableHandler):
 
     def _on_partial(self, record: Record) -> None:
         stable, _unstable = split_text_pair(record.payload)
+        self._warm(record, stable)
+
+    def _on_rollback(self, record: Record) -> None:
+        # Stable words were revised: the open prompt goes back to the words that hold
+        # (the backend keeps every cached block the two prompts share).
+        current = self.open_prompts.get(record.session_id)
+        if current is None or current.turn_id != record.turn_id:
+            return
+        if not self._warm(record, record.text()):
+            self._drop_open_prompt(record.session_id)
+
+    def _warm(self, record: Record, stable: str) -> bool:
+        """Open or extend the session's open prompt to end with `stable`; False if there
+        is nothing to warm."""
         # Whisper often punctuates the end of what it has heard so far ("consider how.")
         # and drops it once more words come; a prefix without it stays a prefix.
         stable = stable.strip().rstrip(".,?!;:")
         if not stable:
-            return
+            return False
         dialogue = self._dialogue(record.session_id)
         prompt = dialogue.prompt_text(self.backend, self.config, stable)
         if not prompt.endswith(REPLY_HEADER):
-            return  # not a ChatML prompt: nothing sensible to warm
+            return False  # not a ChatML prompt: nothing sensible to warm
         prompt = prompt[: -len(REPLY_HEADER)]
         current = self.open_prompts.get(record.session_id)
         if current is not None and current.turn_id == record.turn_id:
             if prompt != current.prompt:  # a revised word is replaced by the backend
                 self.backend.extend(current.request_id, prompt)
                 current.prompt = prompt
-            return
+            return True
         self._drop_open_prompt(record.session_id)
         request_id = next(self._request_ids)
         self.backend.open(request_id, prompt)
         self.open_prompts[record.session_id] = _OpenPrompt(request_id, record.turn_id, prompt)
+        return True
 
     def _drop_open_prompt(self, session_id: int) -> None:
         stale = self.open_prompts.pop(session_id, None)
