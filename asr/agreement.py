@@ -62,6 +62,21 @@ class LocalAgreement:
         stable_keys = [_key(w) for w in self.stable]
         return [_key(w) for w in words[: len(self.stable)]] == stable_keys
 
+    def agree_with(self, text: str) -> int | None:
+        """Make the stable prefix agree with `text` (a later, better decode): returns the
+        number of stable words kept when some had to go (a rollback), else None."""
+        keys = [_key(w) for w in text.split()]
+        kept = 0
+        for word, key in zip(self.stable, keys, strict=False):
+            if _key(word) != key:
+                break
+            kept += 1
+        if kept == len(self.stable):
+            return None
+        self.unstable = text.split()[kept:]
+        self.stable = self.stable[:kept]
+        return kept
+
     @property
     def stable_text(self) -> str:
         return " ".join(self.stable)

@@ -3,6 +3,8 @@
 Per utterance the order is: SpeechStart, then any of Partial / SpeculativeEnd / Resume,
 then exactly one of Final (words were heard) or Discard (the VAD fired but Whisper heard
 no words: noise, a cough). A SpeculativeEnd is always followed by Resume or by the Final.
+Stable words are never revised silently: when the transcript of a SpeculativeEnd or
+Final disagrees with words a Partial sent as stable, a Rollback comes right before it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ class Partial:
     utterance_id: int
     stable: str  # words two consecutive decodes agreed on; only ever grows
     unstable: str  # rest of the latest decode; may change
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    utterance_id: int
+    stable: str  # the stable prefix that still holds: a prefix of what Partials sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,4 +56,4 @@ class Discard:
     utterance_id: int  # utterance closed without words; no Final follows
 
 
-ASREvent = SpeechStart | Partial | SpeculativeEnd | Resume | Final | Discard
+ASREvent = SpeechStart | Partial | Rollback | SpeculativeEnd | Resume | Final | Discard

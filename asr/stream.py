@@ -30,6 +30,7 @@ from asr.events import (
     Final,
     Partial,
     Resume,
+    Rollback,
     SpeculativeEnd,
     SpeechStart,
 )
@@ -199,7 +200,10 @@ class ASRStream:
             return []
         utterance.speculated = True
         speech_end_ns = self._clock.arrival_ns(event.sample)
-        return [SpeculativeEnd(utterance.utterance_id, transcript.text, speech_end_ns)]
+        return [
+            *self._rollback(utterance, transcript.text),
+            SpeculativeEnd(utterance.utterance_id, transcript.text, speech_end_ns),
+        ]
 
     def _on_resume(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         utterance = self._current()
@@ -220,7 +224,14 @@ class ASRStream:
         if not transcript.text:
             return [Discard(utterance.utterance_id)]
         speech_end_ns = self._clock.arrival_ns(event.sample)
-        return [Final(utterance.utterance_id, transcript.text, speech_end_ns, transcript.decode_ms)]
+        final = Final(utterance.utterance_id, transcript.text, speech_end_ns, transcript.decode_ms)
+        return [*self._rollback(utterance, transcript.text), final]
+
+    def _rollback(self, utterance: _Utterance, text: str) -> list[ASREvent]:
+        """A Rollback when `text` revises words a Partial already sent as stable."""
+        if utterance.agreement.agree_with(text) is None:
+            return []
+        return [Rollback(utterance.utterance_id, utterance.agreement.stable_text)]
 
     def _transcript_through(self, utterance: _Utterance, speech_end: int, until: int) -> Transcript:
         """A transcript that heard all speech up to `speech_end`, reusing the last decode."""

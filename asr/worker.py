@@ -14,7 +14,16 @@ from typing import Any
 import numpy as np
 
 from asr.config import ASRConfig
-from asr.events import ASREvent, Discard, Final, Partial, Resume, SpeculativeEnd, SpeechStart
+from asr.events import (
+    ASREvent,
+    Discard,
+    Final,
+    Partial,
+    Resume,
+    Rollback,
+    SpeculativeEnd,
+    SpeechStart,
+)
 from asr.stream import ASRStream, load_asr
 from ipc.channel import Sender
 from ipc.records import (
@@ -48,6 +57,7 @@ class ASRHandler(TableHandler):
         self._emit: dict[type, Callable[[int, Any], None]] = {
             SpeechStart: self._speech_start,
             Partial: self._partial,
+            Rollback: self._rollback,
             SpeculativeEnd: self._speculative_end,
             Resume: self._resume,
             Final: self._final,
@@ -118,7 +128,14 @@ class ASRHandler(TableHandler):
         text = " ".join(part for part in (event.stable, event.unstable) if part)
         self.events.stamp(session_id, turn, Stamp.PARTIAL_TEXT, len(event.stable.encode()), text)
 
+    def _rollback(self, session_id: int, event: Rollback) -> None:
+        turn = self._turn(session_id, event)
+        self.out.send(
+            RecordKind.ROLLBACK, event.stable.encode(), session_id=session_id, turn_id=turn
+        )
+
     def _speculative_end(self, session_id: int, event: SpeculativeEnd) -> None:
+        self.events.stamp(session_id, self._turn(session_id, event), Stamp.SPECULATIVE_END)
         self.out.send(
             RecordKind.SPECULATIVE_END,
             event.text.encode(),

@@ -20,7 +20,7 @@ from pipeline.models import asset_path
 from pipeline.run import Pipeline
 from pipeline.trace import TurnTrace
 
-STAGE_FIELDS = ("endpoint_ms", "llm_ttft_ms", "tts_first_audio_ms", "out_ms")
+STAGE_FIELDS = ("speculative_ms", "endpoint_ms", "llm_ttft_ms", "tts_first_audio_ms", "out_ms")
 
 
 def corpus() -> list[tuple[str, Clip]]:

@@ -15,7 +15,11 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("TTFA p50, sequential yardstick (ms)", "e2e.ttfa_ms.p50.sequential"),
     ("TTFA cut by streaming (%)", "e2e.ttfa_cut_pct"),
     ("streaming: end of speech -> ASR final, p50 (ms)", "e2e.endpoint_ms.p50.streaming"),
-    ("streaming: ASR final -> LLM first token, p50 (ms)", "e2e.llm_ttft_ms.p50.streaming"),
+    (
+        "streaming: end of speech -> SpeculativeEnd (reply starts), p50 (ms)",
+        "e2e.speculative_ms.p50.streaming",
+    ),
+    ("streaming: reply start -> LLM first token, p50 (ms)", "e2e.llm_ttft_ms.p50.streaming"),
     ("streaming: first token -> TTS first audio, p50 (ms)", "e2e.tts_first_audio_ms.p50.streaming"),
     ("barge-in: user's speech start -> reply cleared at the sink, p50 (ms)", "e2e.barge_in_ms.p50"),
     ("WebSocket TTFA p50, 1 session (ms)", "ws.ttfa_ms.p50.1"),

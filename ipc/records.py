@@ -44,6 +44,13 @@ class RecordKind(IntEnum):
     STAMP = 13  # trace stamp from a stage to the supervisor; payload STAMP_BODY + text
     ERROR = 14  # a stage failed on a record; payload text
     HEARTBEAT = 15  # liveness ping through a channel without shared memory
+    # The turn's transcript is final: its reply, started at a SPECULATIVE_END or now, may
+    # be heard. LLM -> TTS -> supervisor, in order with the turn's audio; a sink holds a
+    # turn's audio until this arrives. A RESUME on the same path drops what it held.
+    COMMIT = 16
+    # ASR -> LLM: words already sent as stable were revised by a later decode; payload
+    # text = the stable prefix that still holds (the LLM rolls its open prompt back).
+    ROLLBACK = 17
 
 
 class RecordFlag(IntFlag):
@@ -77,6 +84,8 @@ class Stamp(IntEnum):
     PARTIAL_TEXT = 11  # text: the ASR's latest partial; value: byte length of its stable part
     REPLY_DELTA = 12  # text: one token's text, as the LLM samples it (live captions)
     FRAGMENT = 13  # text: one synthesized reply fragment; value: its samples (audio rate)
+    SPECULATIVE_END = 20  # ASR sent its best transcript after a short silence
+    LLM_START = 21  # the LLM opened the reply's request (at SPECULATIVE_END or FINAL)
 
 
 class SampleFormat(IntEnum):

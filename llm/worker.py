@@ -12,6 +12,13 @@ the stable words, so their KV is computed before the user stops. At FINAL the op
 request is completed with whatever the final transcript adds, or, if the transcript
 revised a stable word, replaced: the prefix cache still serves every full block the
 two share, so a rollback costs only the tokens after the divergence.
+
+Speculative start: at SPECULATIVE_END (a short silence) the reply starts decoding from
+the ASR's best transcript, uncommitted. RESUME (the user spoke on) aborts it and sends
+RESUME on, so TTS and the sink drop what it made; the prefilled KV stays cached. At
+FINAL a reply started from the same text is committed (COMMIT goes on and the sink
+plays what it held); a different text retracts it and starts over. Only a committed
+reply enters the dialogue history.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class _Reply:
     early_tokens: int = 0  # prompt tokens prefilled while the user was still speaking
     prompt_tokens: int = 0
     parts: list[str] = field(default_factory=list)
+    committed: bool = True  # False while started from a SPECULATIVE_END, until FINAL
+    finish_reason: str = ""  # set when generation ended, maybe before the commit
 
 
 log = logging.getLogger("voxrelay.llm")
@@ -154,6 +163,9 @@ class LLMHandler(TableHandler):
         self._request_ids = itertools.count(1)
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.PARTIAL: self._on_partial,
+            RecordKind.ROLLBACK: self._on_rollback,
+            RecordKind.SPECULATIVE_END: self._on_speculative_end,
+            RecordKind.RESUME: self._on_resume,
             RecordKind.FINAL: self._on_final,
             RecordKind.END_OF_INPUT: self._on_end_of_input,
             RecordKind.CONTROL: self._on_control,
@@ -161,40 +173,100 @@ class LLMHandler(TableHandler):
 
     def _on_partial(self, record: Record) -> None:
         stable, _unstable = split_text_pair(record.payload)
+        self._warm(record, stable)
+
+    def _on_rollback(self, record: Record) -> None:
+        # Stable words were revised: the open prompt goes back to the words that hold
+        # (the backend keeps every cached block the two prompts share).
+        current = self.open_prompts.get(record.session_id)
+        if current is None or current.turn_id != record.turn_id:
+            return
+        if not self._warm(record, record.text()):
+            self._drop_open_prompt(record.session_id)
+
+    def _warm(self, record: Record, stable: str) -> bool:
+        """Open or extend the session's open prompt to end with `stable`; False if there
+        is nothing to warm."""
         # Whisper often punctuates the end of what it has heard so far ("consider how.")
         # and drops it once more words come; a prefix without it stays a prefix.
         stable = stable.strip().rstrip(".,?!;:")
         if not stable:
-            return
+            return False
         dialogue = self._dialogue(record.session_id)
         prompt = dialogue.prompt_text(self.backend, self.config, stable)
         if not prompt.endswith(REPLY_HEADER):
-            return  # not a ChatML prompt: nothing sensible to warm
+            return False  # not a ChatML prompt: nothing sensible to warm
         prompt = prompt[: -len(REPLY_HEADER)]
         current = self.open_prompts.get(record.session_id)
         if current is not None and current.turn_id == record.turn_id:
             if prompt != current.prompt:  # a revised word is replaced by the backend
                 self.backend.extend(current.request_id, prompt)
                 current.prompt = prompt
-            return
+            return True
         self._drop_open_prompt(record.session_id)
         request_id = next(self._request_ids)
         self.backend.open(request_id, prompt)
         self.open_prompts[record.session_id] = _OpenPrompt(request_id, record.turn_id, prompt)
+        return True
 
     def _drop_open_prompt(self, session_id: int) -> None:
         stale = self.open_prompts.pop(session_id, None)
         if stale is not None:
             self.backend.abort(stale.request_id)  # computed blocks stay in the prefix cache
 
+    def _turn_reply(self, session_id: int, turn_id: int) -> tuple[int, _Reply] | None:
+        for request_id, reply in self.replies.items():
+            if reply.session_id == session_id and reply.turn_id == turn_id:
+                return request_id, reply
+        return None
+
+    def _on_speculative_end(self, record: Record) -> None:
+        text = record.text().strip()
+        if text and self._turn_reply(record.session_id, record.turn_id) is None:
+            self._start_reply(record, text, committed=False)
+
+    def _on_resume(self, record: Record) -> None:
+        found = self._turn_reply(record.session_id, record.turn_id)
+        if found is not None and not found[1].committed:
+            self._retract(*found)
+
+    def _retract(self, request_id: int, reply: _Reply) -> None:
+        """Drop an uncommitted reply here and, through TTS, at the sink."""
+        if not reply.finish_reason:
+            self.backend.abort(request_id)
+        del self.replies[request_id]
+        self.out.send(RecordKind.RESUME, session_id=reply.session_id, turn_id=reply.turn_id)
+
+    def _commit(self, request_id: int, reply: _Reply) -> None:
+        reply.committed = True
+        self.out.send(
+            RecordKind.COMMIT,
+            session_id=reply.session_id,
+            turn_id=reply.turn_id,
+            origin_ns=reply.origin_ns,
+        )
+        if reply.finish_reason:  # generation ended while speculative: it counts only now
+            self._settle(request_id, reply)
+
     def _on_final(self, record: Record) -> None:
         text = record.payload[FINAL_INFO.size :].decode("utf-8", errors="replace").strip()
+        found = self._turn_reply(record.session_id, record.turn_id)
+        if found is not None:
+            if found[1].user_text == text:
+                self._commit(*found)
+                return
+            self._retract(*found)  # the final transcript differs from the speculative one
         if not text:
             self._drop_open_prompt(record.session_id)
             return
+        self._commit(*self._start_reply(record, text, committed=True))
+
+    def _start_reply(self, record: Record, text: str, committed: bool) -> tuple[int, _Reply]:
         dialogue = self._dialogue(record.session_id)
         prompt = dialogue.prompt_text(self.backend, self.config, text)
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
+        reply.committed = committed
+        self.events.stamp(record.session_id, record.turn_id, Stamp.LLM_START)
         if log.isEnabledFor(logging.DEBUG):
             history = json.dumps(dialogue.messages())
             log.debug("session %d turn %d history %s", record.session_id, record.turn_id, history)
@@ -211,6 +283,7 @@ class LLMHandler(TableHandler):
         self.backend.submit(request_id, prompt)
         self.replies[request_id] = reply
         reply.prompt_tokens = self.backend.count_tokens(prompt)
+        return request_id, reply
 
     def _on_end_of_input(self, record: Record) -> None:
         if any(r.session_id == record.session_id for r in self.replies.values()):
@@ -283,8 +356,8 @@ class LLMHandler(TableHandler):
         return self.backend.has_pending_work()
 
     def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
-        del self.replies[request_id]
-        text = "".join(reply.parts).strip()
+        # TTS may finish the audio now; the sink holds it while the reply is speculative.
+        reply.finish_reason = reason
         self.out.send(
             RecordKind.REPLY_END,
             reason.encode(),
@@ -292,6 +365,13 @@ class LLMHandler(TableHandler):
             turn_id=reply.turn_id,
             origin_ns=reply.origin_ns,
         )
+        if reply.committed:
+            self._settle(request_id, reply)
+
+    def _settle(self, request_id: int, reply: _Reply) -> None:
+        """A committed reply that has ended: into the history; pending END_OF_INPUT out."""
+        del self.replies[request_id]
+        text = "".join(reply.parts).strip()
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
         self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=text)
         dialogue = self._dialogue(reply.session_id)

@@ -7,12 +7,14 @@ reply audio, transcripts, errors and finished turns.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
+from pipeline.commit_gate import CommitGate
 from pipeline.heard import CUT_MARK, Playback, heard_text
 from pipeline.trace import TraceSink, TurnTrace
 
@@ -25,6 +27,15 @@ _LIVE_TEXT: dict[Stamp, str] = {
     Stamp.PARTIAL_TEXT: "transcript.partial",
     Stamp.REPLY_DELTA: "response.text.delta",
 }
+# What a speculative reply produces: held until its turn commits (pipeline.commit_gate).
+_GATED_RECORDS = frozenset({RecordKind.AUDIO_OUT, RecordKind.AUDIO_END})
+# Trace points of a retracted speculative reply: its successor stamps them again.
+_SPECULATIVE_STAMPS = (
+    Stamp.SPECULATIVE_END,
+    Stamp.LLM_START,
+    Stamp.LLM_FIRST_TOKEN,
+    Stamp.TTS_FIRST_AUDIO,
+)
 
 
 class Sink(Protocol):
@@ -69,7 +80,10 @@ class Session:
         self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
+        self.gate = CommitGate()
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
+            RecordKind.COMMIT: self._on_commit,
+            RecordKind.RESUME: self._on_resume,
             RecordKind.AUDIO_OUT: self._on_audio,
             RecordKind.AUDIO_END: self._on_audio_end,
             RecordKind.STAMP: self._on_stamp,
@@ -97,7 +111,23 @@ class Session:
             and record.turn_id not in self._ended
             and record.turn_id >= self.min_turn
         ):
+            if record.kind in _GATED_RECORDS and not self.gate.admits(record.turn_id):
+                self.gate.hold(record.turn_id, functools.partial(handler, record))
+                return
             handler(record)
+
+    def _on_commit(self, record: Record) -> None:
+        for release in self.gate.commit(record.turn_id):
+            release()
+
+    def _on_resume(self, record: Record) -> None:
+        self.gate.retract(record.turn_id)
+        self.playbacks.pop(record.turn_id, None)  # its fragments were never played
+        trace = self.turns.get(record.turn_id)
+        if trace is not None:
+            for stamp in _SPECULATIVE_STAMPS:
+                trace.stamps.pop(stamp, None)
+            trace.speculative_retracts += 1
 
     def new_turn(self, turn_id: int, at_ns: int | None = None) -> list[tuple[int, str]]:
         """Barge-in: end every turn older than `turn_id` and drop its leftovers.
@@ -110,6 +140,7 @@ class Session:
         at_ns = at_ns or time.perf_counter_ns()
         heard = self.heard_before(turn_id, at_ns)
         self.min_turn = max(self.min_turn, turn_id)
+        self.gate.forget_before(self.min_turn)
         self.playback_end_ns = 0
         for turn in [t for t in self.playbacks if t < self.min_turn]:
             del self.playbacks[turn]
@@ -180,6 +211,7 @@ class Session:
         self._finish(trace)
 
     def _end(self, turn_id: int) -> None:
+        self.gate.forget(turn_id)
         self._ended.add(turn_id)
         if len(self._ended) > MAX_ENDED_TURNS:
             self._ended.discard(min(self._ended))
@@ -195,7 +227,11 @@ class Session:
         text = record.payload[STAMP_BODY.size :].decode("utf-8", errors="replace")
         stamp = Stamp(point)
         if stamp in _LIVE_TEXT:
-            self.sink.on_text(record.turn_id, _LIVE_TEXT[stamp], text)
+            live = functools.partial(self.sink.on_text, record.turn_id, _LIVE_TEXT[stamp], text)
+            if stamp == Stamp.REPLY_DELTA and not self.gate.admits(record.turn_id):
+                self.gate.hold(record.turn_id, live)  # speculative reply text: not yet
+            else:
+                live()
             if stamp == Stamp.PARTIAL_TEXT and self.on_transcript is not None:
                 self.on_transcript(self, record.turn_id, text, False)
             return

@@ -22,7 +22,9 @@ log = logging.getLogger("voxrelay.trace")
 _STAMP_FIELDS: tuple[tuple[str, Stamp], ...] = (
     ("speech_start_ns", Stamp.SPEECH_START),
     ("speech_end_ns", Stamp.SPEECH_END),
+    ("speculative_end_ns", Stamp.SPECULATIVE_END),
     ("asr_final_ns", Stamp.ASR_FINAL),
+    ("llm_start_ns", Stamp.LLM_START),
     ("llm_first_token_ns", Stamp.LLM_FIRST_TOKEN),
     ("llm_done_ns", Stamp.LLM_DONE),
     ("tts_first_audio_ns", Stamp.TTS_FIRST_AUDIO),
@@ -32,11 +34,12 @@ _STAMP_FIELDS: tuple[tuple[str, Stamp], ...] = (
 # (derived name, later stamp field, earlier stamp field)
 _DERIVED: tuple[tuple[str, str, str], ...] = (
     ("endpoint_ms", "asr_final_ns", "speech_end_ns"),
-    ("llm_ttft_ms", "llm_first_token_ns", "asr_final_ns"),
+    ("speculative_ms", "speculative_end_ns", "speech_end_ns"),
+    ("llm_ttft_ms", "llm_first_token_ns", "llm_start_ns"),
     ("tts_first_audio_ms", "tts_first_audio_ns", "llm_first_token_ns"),
     ("out_ms", "first_audio_out_ns", "tts_first_audio_ns"),
     ("ttfa_ms", "first_audio_out_ns", "speech_end_ns"),
-    ("llm_total_ms", "llm_done_ns", "asr_final_ns"),
+    ("llm_total_ms", "llm_done_ns", "llm_start_ns"),
 )
 
 # (stage name, start field, end field): the intervals of a turn that reports and spans
@@ -44,7 +47,7 @@ _DERIVED: tuple[tuple[str, str, str], ...] = (
 STAGE_INTERVALS: tuple[tuple[str, str, str], ...] = (
     ("user.speech", "speech_start_ns", "speech_end_ns"),
     ("asr.endpointing", "speech_end_ns", "asr_final_ns"),
-    ("llm.ttft", "asr_final_ns", "llm_first_token_ns"),
+    ("llm.ttft", "llm_start_ns", "llm_first_token_ns"),
     ("llm.decode", "llm_first_token_ns", "llm_done_ns"),
     ("tts.first_audio", "llm_first_token_ns", "tts_first_audio_ns"),
     ("tts.synthesis", "tts_first_audio_ns", "tts_done_ns"),
@@ -85,6 +88,7 @@ class TurnTrace:
     error: str = ""
     barge_in_ns: int = 0  # the user spoke over this turn's reply: it was cut here
     heard_text: str = ""  # of a cut reply: what the user heard (the LLM's history keeps it)
+    speculative_retracts: int = 0  # speculative replies dropped (the user spoke on)
     asr_model: str = ""
     llm_model: str = ""
     tts_voice: str = ""
@@ -127,6 +131,7 @@ class TurnTrace:
         row["reply_text"] = self.reply_text
         row["barge_in_ns"] = self.barge_in_ns or None
         row["heard_text"] = self.heard_text or None
+        row["speculative_retracts"] = self.speculative_retracts
         row["error"] = self.error or None
         return row
 

@@ -63,6 +63,8 @@ class TTSHandler(TableHandler):
             RecordKind.REPLY_END: self._on_reply_end,
             RecordKind.END_OF_INPUT: self._on_end_of_input,
             RecordKind.CONTROL: self._on_control,
+            RecordKind.RESUME: self._on_resume,
+            RecordKind.COMMIT: self._pass_on,
         }
 
     def _chunker(self, key: tuple[int, int]) -> Chunker:
@@ -85,6 +87,26 @@ class TTSHandler(TableHandler):
 
     def _on_end_of_input(self, record: Record) -> None:
         self.jobs.append(_Job(record.session_id, record.turn_id, None, False, 0))
+
+    def _on_resume(self, record: Record) -> None:
+        # A speculative reply was retracted: drop what is left of it, and tell the sink
+        # to drop what it holds (every audio record of it already went out before this).
+        key = (record.session_id, record.turn_id)
+        self.jobs = deque(
+            j for j in self.jobs if (j.session_id, j.turn_id) != key or j.fragment is None
+        )
+        self.chunkers.pop(key, None)
+        self.started.discard(key)
+        self._pass_on(record)
+
+    def _pass_on(self, record: Record) -> None:
+        self.out.send(
+            record.kind,
+            session_id=record.session_id,
+            turn_id=record.turn_id,
+            origin_ns=record.origin_ns,
+            timeout_s=5.0,
+        )
 
     def _on_control(self, record: Record) -> None:
         op, argument = CONTROL_BODY.unpack_from(record.payload)

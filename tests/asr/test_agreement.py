@@ -42,3 +42,26 @@ def test_update_reports_changes_only() -> None:
     assert agreement.update("hello there")  # "hello" becomes stable
     assert agreement.update("hello there")  # "there" becomes stable
     assert not agreement.update("Hello there.")
+
+
+def test_agree_with_keeps_a_stable_prefix_that_holds() -> None:
+    agreement = LocalAgreement()
+    agreement.update("Go forward ten")
+    agreement.update("Go forward ten meters")
+    assert agreement.agree_with("go forward, ten meters.") is None  # same words
+    assert agreement.stable_text == "Go forward ten"
+
+
+def test_agree_with_rolls_back_revised_stable_words() -> None:
+    agreement = LocalAgreement()
+    agreement.update("Mr. John Dashwood had")
+    agreement.update("Mr. John Dashwood had then")
+    # The final decode heard a leading "And": no stable word is at its place any more.
+    assert agreement.agree_with("And Mr. John Dashwood had then leisure") == 0
+    assert agreement.stable_text == ""
+    assert agreement.unstable_text == "And Mr. John Dashwood had then leisure"
+    agreement = LocalAgreement()
+    agreement.update("the cat sat on")
+    agreement.update("the cat sat on")
+    assert agreement.agree_with("the cat sang on the mat") == 2
+    assert agreement.stable_text == "the cat"

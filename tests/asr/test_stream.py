@@ -10,7 +10,7 @@ import pytest
 import soxr
 
 from asr.config import ASRConfig
-from asr.events import Discard, Final, Partial, Resume, SpeculativeEnd, SpeechStart
+from asr.events import Discard, Final, Partial, Resume, Rollback, SpeculativeEnd, SpeechStart
 from asr.stream import ASRStream
 from tests.asr.clipdata import (
     SAMPLE_RATE,
@@ -141,6 +141,26 @@ def test_partials_grow_a_stable_prefix(clips: Path, models) -> None:
     assert "dashwood" in words(final.text)
     assert [type(e) for _, e in events][-2:] == [SpeculativeEnd, Final]
     assert of_type(events, SpeculativeEnd)[0].text == final.text
+    assert_stable_agrees_with_final(events)
+
+
+def assert_stable_agrees_with_final(events) -> None:
+    """Words sent as stable are a prefix of the final transcript, except where an
+    explicit Rollback took them back first (then what it kept is a prefix)."""
+    stable = ""
+    for _, event in events:
+        if isinstance(event, Partial):
+            stable = event.stable
+        elif isinstance(event, Rollback):
+            assert _word_prefix(event.stable, stable), (stable, event.stable)
+            stable = event.stable
+        elif isinstance(event, SpeculativeEnd | Final):
+            assert _word_prefix(stable, event.text), (stable, event.text)
+
+
+def _word_prefix(prefix: str, text: str) -> bool:
+    head = words(prefix).split()
+    return words(text).split()[: len(head)] == head
 
 
 @pytest.mark.slow
