@@ -19,7 +19,10 @@ class ASRConfig:
     cpu_threads: int = 2
     beam_size: int = 1
     vad_threshold: float = 0.5
-    min_speech_ms: int = 96
+    # Voiced audio before a SpeechStart. It is also the floor of barge-in latency (speech
+    # start -> clear at the sink must stay under 100 ms), so it is two VAD windows; coughs
+    # are longer than either value: `barge_in_min_words` is the guard against them.
+    min_speech_ms: int = 64
     speculative_silence_ms: int = 150
     end_silence_ms: int = 300
     # 0 disables partial transcripts (offline transcription does not need them).
