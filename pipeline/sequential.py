@@ -20,6 +20,7 @@ from ipc.records import Stamp
 from llm.engine import LLMEngine
 from llm.worker import Dialogue, llm_config
 from pipeline.audio_io import Clip
+from pipeline.config import PipelineConfig
 from pipeline.models import asset_path
 from pipeline.run import FRAME_MS, ClipResult
 from pipeline.trace import TurnTrace
@@ -45,6 +46,8 @@ class SequentialPipeline:
         self.voice = Voice(TTSConfig(**tts_settings))
         self._request_ids = 0
         self._sessions = 0
+        # Named in every trace as the streaming pipeline names them.
+        self._models = PipelineConfig(asr=asr or {}, llm=llm or {}, tts=tts or {}).model_names()
 
     def run_clip(
         self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0
@@ -72,7 +75,16 @@ class SequentialPipeline:
         return ClipResult(traces, pcm.tobytes(), self.voice.sample_rate)
 
     def _turn(self, final: Final, dialogue: Dialogue, audio: list[np.ndarray]) -> TurnTrace:
-        trace = TurnTrace(self._sessions, final.utterance_id, "file", "sequential")
+        asr_model, llm_model, tts_voice = self._models
+        trace = TurnTrace(
+            self._sessions,
+            final.utterance_id,
+            "file",
+            "sequential",
+            asr_model=asr_model,
+            llm_model=llm_model,
+            tts_voice=tts_voice,
+        )
         trace.mark(Stamp.SPEECH_END, final.speech_end_ns)
         trace.mark(Stamp.ASR_FINAL, time.perf_counter_ns())
         trace.transcript = final.text

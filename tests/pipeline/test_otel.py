@@ -131,3 +131,10 @@ def test_the_standard_variable_sends_the_turns_over_otlp_http():
                 names += [span.name for span in scope.spans]
     assert names.count("voxrelay.turn") == len(_rows())
     assert "llm.ttft" in names
+
+
+def test_without_the_extra_the_variable_only_warns(monkeypatch, caplog):
+    # None in sys.modules makes the import fail as if the package were not installed.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    assert exporter_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}) is None
+    assert "pip install 'voxrelay[otel]'" in caplog.text
