@@ -7,7 +7,7 @@ from pathlib import Path
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-DECODE_DTYPES = ("same", "float32", "bfloat16", "float16")
+DECODE_DTYPES = ("same", "float32", "bfloat16", "float16", "int8")
 BACKENDS = ("native", "openai", "vllm")
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences."

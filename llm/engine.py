@@ -18,6 +18,7 @@ from llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
 from llm.tokenizer import ChatTokenizer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DECODE_DTYPES = {**_DTYPES, "int8": torch.int8}  # int8: weight-only, see llm/model.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,11 @@ class LLMEngine:
                 f"context length ({hparams.max_positions})"
             )
         self.tokenizer = ChatTokenizer(read_tokenizer_data(gguf_file))
-        decode_dtype = None if config.decode_dtype == "same" else _DTYPES[config.decode_dtype]
+        if config.decode_dtype == "int8" and self.state.device.type != "cpu":
+            raise ValueError("decode_dtype='int8' is a CPU kernel; use 'bfloat16' on CUDA")
+        decode_dtype = (
+            None if config.decode_dtype == "same" else _DECODE_DTYPES[config.decode_dtype]
+        )
         model = LlamaModel(gguf_file, hparams, self.state.dtype, self.state.device, decode_dtype)
         self.runner = ModelRunner(
             model,

@@ -19,25 +19,58 @@ import torch.nn.functional as F
 from llm.gguf_loader import GGUFFile, LlamaHParams
 
 
+@dataclass(frozen=True, slots=True)
+class Int8Weight:
+    """Weight-only int8, one scale per output row; used with bfloat16 activations.
+
+    A quarter of float32's bytes, and on this AVX2 CPU `_weight_int8pack_mm` beats both
+    the float32 and the bfloat16 GEMM at every M up to ~64 (docs/llm.md), so a 10-token
+    prompt tail can run on these weights too, not only single-token decode steps.
+    """
+
+    values: torch.Tensor  # (N, K) int8
+    scales: torch.Tensor  # (N,) bfloat16
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> Int8Weight:
+        # Round against the bfloat16 scale the kernel will use, not the exact one.
+        scales = (weight.float().abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)
+        steps = weight.float() / scales.float()[:, None]  # (N, K)
+        return cls(steps.round().clamp(-127, 127).to(torch.int8), scales)
+
+
+Weight = torch.Tensor | Int8Weight
+
+
 @dataclass(slots=True)
 class LayerWeights:
     attn_norm: torch.Tensor  # (D,)
-    wqkv: torch.Tensor  # ((H + 2 Hkv) Dh, D): q, k, v projections fused into one matmul
-    wo: torch.Tensor  # (D, H Dh)
+    wqkv: Weight  # ((H + 2 Hkv) Dh, D): q, k, v projections fused into one matmul
+    wo: Weight  # (D, H Dh)
     ffn_norm: torch.Tensor  # (D,)
-    w_gate_up: torch.Tensor  # (2 F, D): gate and up fused
-    w_down: torch.Tensor  # (D, F)
+    w_gate_up: Weight  # (2 F, D): gate and up fused
+    w_down: Weight  # (D, F)
 
 
 # A forward of at most this many tokens (B * T) is a decode step: memory-bound.
 DECODE_MAX_TOKENS = 8
+# With int8 decode weights: their GEMM stays the fastest up to here (docs/llm.md).
+INT8_DECODE_MAX_TOKENS = 32
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     """x @ weight.T computed in the weight's dtype, returned in x's dtype."""
+    if isinstance(weight, Int8Weight):
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # (M, K): the op takes 2-D
+        out = torch._weight_int8pack_mm(rows, weight.values, weight.scales)  # (M, N)
+        return out.reshape(*x.shape[:-1], -1).to(x.dtype)
     if weight.dtype == x.dtype:
         return F.linear(x, weight)
     return F.linear(x.to(weight.dtype), weight).to(x.dtype)
+
+
+def _narrow(weight: torch.Tensor, dtype: torch.dtype) -> Weight:
+    return Int8Weight.quantize(weight) if dtype == torch.int8 else weight.to(dtype)
 
 
 class LlamaModel:
@@ -83,20 +116,23 @@ class LlamaModel:
             )
             self.layers.append(layer)
         self.decode_layers = self.layers
-        self.decode_lm_head = self.lm_head
+        self.decode_lm_head: Weight = self.lm_head
+        self.decode_max_tokens = DECODE_MAX_TOKENS
         if decode_dtype is not None and decode_dtype != dtype:
             self.decode_layers = [
                 LayerWeights(
                     attn_norm=layer.attn_norm,
-                    wqkv=layer.wqkv.to(decode_dtype),
-                    wo=layer.wo.to(decode_dtype),
+                    wqkv=_narrow(layer.wqkv, decode_dtype),  # type: ignore[arg-type]
+                    wo=_narrow(layer.wo, decode_dtype),  # type: ignore[arg-type]
                     ffn_norm=layer.ffn_norm,
-                    w_gate_up=layer.w_gate_up.to(decode_dtype),
-                    w_down=layer.w_down.to(decode_dtype),
+                    w_gate_up=_narrow(layer.w_gate_up, decode_dtype),  # type: ignore[arg-type]
+                    w_down=_narrow(layer.w_down, decode_dtype),  # type: ignore[arg-type]
                 )
                 for layer in self.layers
             ]
-            self.decode_lm_head = self.lm_head.to(decode_dtype)
+            self.decode_lm_head = _narrow(self.lm_head, decode_dtype)
+            if decode_dtype == torch.int8:
+                self.decode_max_tokens = INT8_DECODE_MAX_TOKENS
         half = hparams.head_dim // 2
         inv_freq = hparams.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
         angles = torch.outer(torch.arange(hparams.max_positions, dtype=torch.float64), inv_freq)
@@ -129,7 +165,7 @@ class LlamaModel:
         cos = self.rope_cos[positions].unsqueeze(2)  # (B, T, 1, Dh/2)
         sin = self.rope_sin[positions].unsqueeze(2)
         x = self.embed[input_ids]  # (B, T, D)
-        decode = batch * new_tokens <= DECODE_MAX_TOKENS
+        decode = batch * new_tokens <= self.decode_max_tokens
         layers = self.decode_layers if decode else self.layers
         lm_head = self.decode_lm_head if decode else self.lm_head
         for index, layer in enumerate(layers):
