@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from pipeline.sip.bridge import CallBridge, SessionHost
 from pipeline.sip.config import SipConfig
-from pipeline.sip.playout import Pacer
+from pipeline.sip.playout import Pacer, raise_thread_priority
 
 log = logging.getLogger("voxrelay.audiosocket")
 FRAME_HEADER = struct.Struct("!BH")
@@ -100,6 +100,8 @@ class AudioSocketServer:
         }
 
     async def start(self) -> tuple[str, int]:
+        if self.config.media_nice is not None:
+            raise_thread_priority(self.config.media_nice)
         self._server = await asyncio.start_server(self._serve, *self.listen)
         address: tuple[str, int] = self._server.sockets[0].getsockname()[:2]
         log.info("AudioSocket listening on tcp:%s:%d", *address)

@@ -52,6 +52,9 @@ class SipConfig:
     max_call_s: float = 3600.0
     rtp_timeout_s: float = 60.0  # no RTP from the caller this long: hang up
     t1_s: float = 0.5
+    # Nice value asked for the event-loop thread that paces media (see playout.py);
+    # None leaves it alone.
+    media_nice: int | None = -10
 
     def __post_init__(self) -> None:
         parse_listen(f"{self.host}:{self.port}", self.port)
@@ -80,6 +83,8 @@ class SipConfig:
             re.compile(self.goodbye_pattern)
         except re.error as exc:
             raise ValueError(f"goodbye_pattern is not a regular expression: {exc}") from None
+        if self.media_nice is not None and not -20 <= self.media_nice <= 19:
+            raise ValueError(f"media_nice must be -20..19 or None, got {self.media_nice}")
         for name in ("answer_delay_s", "max_call_s", "rtp_timeout_s", "t1_s"):
             if getattr(self, name) < 0 or (name != "answer_delay_s" and not getattr(self, name)):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

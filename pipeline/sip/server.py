@@ -19,6 +19,7 @@ from pipeline.sip.bridge import SessionHost
 from pipeline.sip.call import Call, CallState
 from pipeline.sip.config import SipConfig
 from pipeline.sip.message import SipMessage, param
+from pipeline.sip.playout import raise_thread_priority
 from pipeline.sip.sdp import Offer, parse_offer
 from pipeline.sip.transaction import Address, ClientTransactions, ServerTransactions, Timers
 
@@ -52,6 +53,8 @@ class SipServer(asyncio.DatagramProtocol):
 
     async def start(self) -> Address:
         """Bind the UDP socket; returns the bound (host, port) (useful with port 0)."""
+        if self.config.media_nice is not None:
+            raise_thread_priority(self.config.media_nice)
         loop = asyncio.get_running_loop()
         await loop.create_datagram_endpoint(
             lambda: self, local_addr=(self.config.host, self.config.port)
