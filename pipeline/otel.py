@@ -44,14 +44,18 @@ TURN_ATTRIBUTES = (
     "llm_model",
     "tts_voice",
     "endpoint_ms",
+    "speculative_ms",
     "llm_ttft_ms",
+    "llm_total_ms",
     "tts_first_audio_ms",
     "ttfa_ms",
     "audio_out_ms",
     "audio_played_ms",
     "prefill_tokens",
     "prefill_early_tokens",
+    "speculative_retracts",
 )
+# Transcripts and replies stay out of spans: a tracing backend is no place for speech.
 
 
 def exporter_from_env(environ: Mapping[str, str] | None = None) -> TurnSpans | None:

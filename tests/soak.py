@@ -9,7 +9,9 @@ SOAK = os.environ.get("VOXRELAY_SOAK", "") not in ("", "0")
 
 
 def examples(short: int, long: int = 10_000) -> int:
-    """Hypothesis examples per fuzz target."""
+    """Hypothesis examples per fuzz target; VOXRELAY_FUZZ_EXAMPLES=N sets it outright."""
+    if os.environ.get("VOXRELAY_FUZZ_EXAMPLES"):
+        return int(os.environ["VOXRELAY_FUZZ_EXAMPLES"])
     return long if SOAK else short
 
 
