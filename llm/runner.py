@@ -63,7 +63,13 @@ class ModelRunner:
         size = self.block_size
         seqs, counts = batch.sequences, batch.num_new_tokens
         if self.graphs is not None and not batch.is_prefill:
-            return list(self.graphs.decode(seqs, self._sample_on_device))
+            # An open prompt with one new token rides in a decode batch: its K/V is
+            # written, but nothing is sampled for it.
+            sampled_ids = self.graphs.decode(seqs, self._sample_on_device)
+            return [
+                token if seq.samples_after == 1 else None
+                for seq, token in zip(seqs, sampled_ids, strict=True)
+            ]
         new_tokens = max(counts)
         context_lens = [
             seq.num_computed_tokens + count for seq, count in zip(seqs, counts, strict=True)

@@ -51,6 +51,28 @@ def test_static_buffer_decode_equals_the_ordinary_path(engine: LLMEngine) -> Non
         engine.runner.graphs = None
 
 
+def test_static_buffer_decode_with_an_open_prompt_in_the_batch(engine: LLMEngine) -> None:
+    prompt = engine.dialogue_prompt_ids([], QUESTIONS[1])
+    other = engine.dialogue_prompt_ids([], QUESTIONS[0])
+    expected = generate_all(engine, [prompt], 8)[0]
+    engine.runner.enable_cuda_graphs(engine.config.max_context_tokens, 4, capture=False)
+    try:
+        engine.add_request(7, prompt[:20], max_new_tokens=8, prompt_complete=False)
+        engine.add_request(8, other, max_new_tokens=8)
+        engine.step()  # prefill of both
+        engine.append_tokens(7, prompt[20:21])  # one new token: it rides in a decode batch
+        outputs = engine.step()
+        assert [output.request_id for output in outputs] == [8]  # nothing sampled for 7
+        engine.append_tokens(7, prompt[21:])
+        engine.start_decode(7)
+        tokens = []
+        while engine.has_unfinished():
+            tokens += [output.token_id for output in engine.step() if output.request_id == 7]
+        assert tokens == expected
+    finally:
+        engine.runner.graphs = None
+
+
 def test_sampling_on_device() -> None:
     logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
     generator = torch.Generator().manual_seed(0)
