@@ -65,6 +65,10 @@ class Call:
         self._watchdog: asyncio.Task[None] | None = None
 
     @property
+    def ended(self) -> bool:
+        return self.state is CallState.ENDED
+
+    @property
     def remote_tag(self) -> str:
         return param(self.remote_from, "tag") or ""
 
@@ -181,11 +185,16 @@ class Call:
             return
         self.state = CallState.ENDED
         self.end_reason = reason
+        if self.bridge is not None:
+            self.bridge.note("hangup", reason)
+        self.release()
+        self._on_end(self)
+
+    def release(self) -> None:
+        """Close the session, the RTP socket and the watchdog (each close is idempotent)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self.bridge is not None:
-            self.bridge.note("hangup", reason)
             self.bridge.close()
         if self.rtp is not None:
             self.rtp.close()
-        self._on_end(self)

@@ -185,6 +185,9 @@ class SipServer(asyncio.DatagramProtocol):
             self._respond(invite, 488, "Not Acceptable Here", Warning=f'305 voxrelay "{exc}"')
             call.end(f"no media: {exc}")
             return
+        if call.ended:  # cancelled while the media was being set up
+            call.release()
+            return
         ok = self._reply(invite, 200, "OK", call.local_tag)
         ok.headers += [
             ("Contact", f"<sip:voxrelay@{self.local[0]}:{self.local[1]}>"),
