@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -19,8 +20,11 @@ from dataclasses import dataclass
 from llm.engine import LLMEngine
 from llm.sequence import TokenOutput
 
-# What a request's queue receives: tokens, or the ValueError its add_request raised.
-StreamItem = TokenOutput | ValueError
+log = logging.getLogger(__name__)
+
+# What a request's queue receives: tokens, or the error that ended it (a ValueError from
+# add_request before any token; a RuntimeError if the engine itself failed).
+StreamItem = TokenOutput | ValueError | RuntimeError
 
 
 @dataclass(slots=True)
@@ -87,7 +91,12 @@ class EngineThread:
                 self._commands.get_nowait()()
             if not self._running or not engine.has_pending_work():
                 continue
-            outputs = engine.step()
+            try:
+                outputs = engine.step()
+            except Exception as exc:  # fail the requests in flight, keep serving
+                log.exception("engine step failed")
+                self._fail_all(RuntimeError(f"the engine failed: {exc}"))
+                continue
             self.stats.steps += 1
             self.stats.max_batch = max(self.stats.max_batch, len(outputs))
             for output in outputs:
@@ -98,3 +107,9 @@ class EngineThread:
                 if output.finished:
                     del self._streams[output.request_id]
                 loop.call_soon_threadsafe(stream.put_nowait, output)
+
+    def _fail_all(self, error: RuntimeError) -> None:
+        for request_id, (loop, stream) in self._streams.items():
+            self.engine.abort(request_id)
+            loop.call_soon_threadsafe(stream.put_nowait, error)
+        self._streams.clear()

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from llm.config import LLMConfig
 from llm.engine import LLMEngine
-from llm.engine_thread import EngineThread
+from llm.engine_thread import EngineThread, StreamItem
 from llm.openai_api import (
     APIError,
     CompletionRequest,
@@ -100,6 +100,9 @@ class CompletionServer:
             if isinstance(first, ValueError):  # the engine refused the prompt
                 done = True
                 return _error(APIError(400, str(first), "prompt"))
+            if isinstance(first, RuntimeError):
+                done = True
+                return _error(APIError(500, str(first)))
             head = envelope(f"cmpl-{request_id}", int(time.time()), self.served.name, chat,
                             parsed.stream)  # fmt: skip
             if parsed.stream:
@@ -120,13 +123,11 @@ class CompletionServer:
         parsed: CompletionRequest,
         chat: bool,
         output: TokenOutput,
-        stream: asyncio.Queue[TokenOutput | ValueError],
+        stream: asyncio.Queue[StreamItem],
     ) -> web.Response:
         parts, count = [output.text], 1
         while not output.finished:
-            item = await stream.get()
-            assert isinstance(item, TokenOutput)
-            output = item
+            output = _token(await stream.get())
             parts.append(output.text)
             count += 1
         entry = choice("".join(parts), output.finish_reason, chat, streaming=False)
@@ -141,7 +142,7 @@ class CompletionServer:
         parsed: CompletionRequest,
         chat: bool,
         output: TokenOutput,
-        stream: asyncio.Queue[TokenOutput | ValueError],
+        stream: asyncio.Queue[StreamItem],
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -157,9 +158,7 @@ class CompletionServer:
             await response.write(_sse({**head, "choices": [entry]}))
             if output.finished:
                 break
-            item = await stream.get()
-            assert isinstance(item, TokenOutput)
-            output = item
+            output = _token(await stream.get())
             count += 1
         if parsed.include_usage:
             tokens = usage(len(parsed.prompt_ids), count, output.num_cached_tokens)
@@ -167,6 +166,12 @@ class CompletionServer:
         await response.write(_sse("[DONE]"))
         await response.write_eof()
         return response
+
+
+def _token(item: StreamItem) -> TokenOutput:
+    if isinstance(item, Exception):  # the engine failed mid-reply: aiohttp answers 500
+        raise item
+    return item
 
 
 def _error(error: APIError) -> web.Response:

@@ -11,7 +11,9 @@ import aiohttp
 import pytest
 
 from llm.engine import LLMEngine
+from llm.engine_thread import EngineThread, StreamItem
 from llm.openai_api import APIError, ServedModel, parse_request
+from llm.sequence import TokenOutput
 from llm.tokenizer import ChatTokenizer
 
 SERVED = ServedModel("smollm2", temperature=0.0, top_k=0, max_new_tokens=60)
@@ -142,3 +144,55 @@ def test_client_disconnect_aborts_the_request(llm_server: str) -> None:
             return active
 
     assert asyncio.run(run()) == 0
+
+
+class FlakyEngine:
+    """Stands in for LLMEngine: one token per step; the first step fails."""
+
+    def __init__(self) -> None:
+        self.active: dict[int, int] = {}
+        self.failed = False
+
+    def add_request(self, request_id: int, prompt_ids: list[int], max_new_tokens: int) -> None:
+        self.active[request_id] = max_new_tokens
+
+    def abort(self, request_id: int) -> bool:
+        return self.active.pop(request_id, None) is not None
+
+    def has_pending_work(self) -> bool:
+        return bool(self.active)
+
+    def step(self) -> list[TokenOutput]:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("CUDA error: out of memory")
+        outputs = []
+        for request_id in list(self.active):
+            self.active[request_id] -= 1
+            done = self.active[request_id] == 0
+            outputs.append(TokenOutput(request_id, 5, "x", done, "length" if done else None))
+            if done:
+                del self.active[request_id]
+        return outputs
+
+
+def test_engine_thread_fails_requests_of_a_broken_step_and_keeps_serving() -> None:
+    thread = EngineThread(FlakyEngine())  # type: ignore[arg-type]
+
+    async def run() -> tuple[StreamItem, list[StreamItem]]:
+        _, first = thread.submit([1, 2], 3)
+        failure = await asyncio.wait_for(first.get(), 5)
+        _, second = thread.submit([1, 2], 3)
+        items = [await asyncio.wait_for(second.get(), 5) for _ in range(3)]
+        return failure, items
+
+    try:
+        failure, items = asyncio.run(run())
+    finally:
+        thread.close()
+    assert isinstance(failure, RuntimeError) and "out of memory" in str(failure)
+    assert [isinstance(item, TokenOutput) and item.finished for item in items] == [
+        False,
+        False,
+        True,
+    ]
