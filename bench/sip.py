@@ -24,12 +24,17 @@ from pipeline.run import Pipeline
 from pipeline.sip.caller import Caller
 from pipeline.sip.config import SipConfig
 from pipeline.sip.server import SipServer
+from pipeline.trace import TurnTrace
 
 
 def _narrowband(clip: Clip, trailing_silence_s: float = 1.0) -> bytes:
     samples = soxr.resample(clip.mono_float(), clip.sample_rate, 8000)
     pcm = np.clip(samples * 32768, -32768, 32767).astype("<i2")
     return np.concatenate([pcm, np.zeros(int(8000 * trailing_silence_s), "<i2")]).tobytes()
+
+
+def _answered(traces: list[TurnTrace]) -> list[TurnTrace]:
+    return [t for t in traces if t.first_audio_out_ns and not t.error]
 
 
 async def _one_call(server: SipServer, pcm16: bytes) -> tuple[float, float] | None:
@@ -43,12 +48,15 @@ async def _one_call(server: SipServer, pcm16: bytes) -> tuple[float, float] | No
         call = server.calls[caller.call_id]
         await caller.stream(pcm16)
         async with asyncio.timeout(60):
-            while not (call.bridge and call.bridge.traces) or not caller.received:
+            while not (caller.received and _answered(call.bridge.traces if call.bridge else [])):
                 await asyncio.sleep(0.05)
-        trace = call.bridge.traces[0]
+        assert call.bridge is not None
+        # The turn whose reply was heard: a clip the endpointer splits in two can have its
+        # first part's reply cut by the second (barge-in); that turn played nothing.
+        trace = min(_answered(call.bridge.traces), key=lambda t: t.first_audio_out_ns)
         speech_end_ns = trace.stamps.get(Stamp.SPEECH_END)
         await caller.hangup()
-        if speech_end_ns is None or trace.error:
+        if speech_end_ns is None:
             return None
         first_rtp_ns = caller.received[0][0]
         return (first_rtp_ns - speech_end_ns) / 1e6, (first_rtp_ns - trace.first_audio_out_ns) / 1e6
