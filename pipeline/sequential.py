@@ -17,8 +17,8 @@ from asr.config import ASRConfig
 from asr.events import Final
 from asr.stream import ASRStream, load_asr
 from ipc.records import Stamp
+from llm.dialogue import Dialogue, llm_config
 from llm.engine import LLMEngine
-from llm.worker import Dialogue, llm_config
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.models import asset_path

@@ -8,9 +8,9 @@ import pytest
 
 from llm.backend import REPLY_HEADER, create_backend
 from llm.config import LLMConfig
+from llm.dialogue import Dialogue, llm_config
 from llm.engine import LLMEngine
 from llm.native_backend import NativeBackend
-from llm.worker import Dialogue, llm_config
 
 
 def run(backend: NativeBackend, request_id: int) -> list[int]:

@@ -1,0 +1,87 @@
+"""Settings of the LLM stage and one session's dialogue memory (shared by the stage
+process, the sequential yardstick and the tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llm.backend import LLMBackend
+from llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
+from llm.engine import LLMEngine
+from pipeline.models import asset_path
+
+
+def llm_config(settings: dict[str, Any]) -> LLMConfig:
+    values = dict(settings)
+    default_model = asset_path(str(values.pop("model", "smollm2"))) / "model.gguf"
+    values["model_path"] = Path(values.get("model_path", default_model))
+    # Backend settings arrive as JSON objects: {"backend": "openai", "openai": {...}}.
+    if isinstance(values.get("openai"), dict):
+        values["openai"] = OpenAIBackendConfig(**values["openai"])
+    if isinstance(values.get("vllm"), dict):
+        values["vllm"] = VLLMBackendConfig(**values["vllm"])
+    return LLMConfig(**values)
+
+
+class Dialogue:
+    """One session's conversation memory with a clear truncation rule."""
+
+    def __init__(self, system_prompt: str | None = None) -> None:
+        # None: the stage's configured prompt; a client may set its own (SYSTEM_PROMPT).
+        self.system_prompt = system_prompt
+        self.exchanges: list[tuple[str, str]] = []  # (user, assistant)
+        # Turn id -> its exchange (that very tuple): a cut reply is replaced by what the
+        # user heard of it. Only recent turns can be cut, so only those are kept.
+        self._by_turn: dict[int, tuple[str, str]] = {}
+
+    def add(self, turn_id: int, user: str, assistant: str) -> None:
+        exchange = (user, assistant)
+        self.exchanges.append(exchange)
+        self._by_turn[turn_id] = exchange
+        for old in sorted(self._by_turn)[:-4]:
+            del self._by_turn[old]
+
+    def heard(self, turn_id: int, heard: str, user: str | None) -> None:
+        """Turn `turn_id`'s reply was cut: the history keeps what the user heard of it.
+        `user`: the turn's transcript when its reply was aborted before it finished."""
+        old = self._by_turn.get(turn_id)
+        index = next((i for i, e in enumerate(self.exchanges) if e is old), None)
+        if index is not None and old is not None:
+            self.exchanges[index] = self._by_turn[turn_id] = (old[0], heard)
+        elif user is not None:
+            self.add(turn_id, user, heard)
+
+    def messages(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = []
+        for user, assistant in self.exchanges:
+            out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        return out
+
+    def prompt_ids(self, engine: LLMEngine, config: LLMConfig, user_text: str) -> list[int]:
+        budget = config.max_context_tokens - config.max_new_tokens
+        while True:
+            ids = engine.tokenizer.dialogue_prompt_ids(
+                self.system_prompt or config.system_prompt, self.messages(), user_text
+            )
+            if len(ids) <= budget or not self.exchanges:
+                return ids[-budget:]
+            self.exchanges.pop(0)  # drop the oldest exchange first
+
+    def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
+        """The ChatML prompt for a new user turn, fitted to leave room for a full reply:
+        the oldest exchanges go first, then the oldest words of an overlong turn."""
+        budget = config.max_context_tokens - config.max_new_tokens
+        while True:
+            system = {"role": "system", "content": self.system_prompt or config.system_prompt}
+            user = {"role": "user", "content": user_text}
+            text = backend.render([system, *self.messages(), user])
+            if backend.count_tokens(text) <= budget:
+                return text
+            if self.exchanges:
+                self.exchanges.pop(0)
+                continue
+            words = user_text.split()
+            if len(words) < 2:
+                return text  # the backend rejects it with a ValueError the stage reports
+            user_text = " ".join(words[max(1, len(words) // 4) :])
