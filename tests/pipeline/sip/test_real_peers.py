@@ -251,3 +251,37 @@ def test_barge_in_on_a_call_stops_playback_and_drops_queued_rtp(bridge, clips_di
     late = [p for t, p in caller.received if t > cleared_ns + 60_000_000]
     assert not late or late[0].marker, "the interrupted reply kept playing"
     print(f"barge-in dropped {sip_call.rtp.pacer.dropped_bytes / 16:.0f} ms of queued reply")
+
+
+def test_two_calls_at_once_are_two_sessions_on_the_shared_stages(bridge, clips_dir):
+    server = bridge["sip"]
+    clips = {
+        "go forward ten meters": clip_8k(clips_dir / "goforward.raw", trailing_silence_s=1.0),
+        "ten of clubs": clip_8k(clips_dir / "cards" / "001.wav", trailing_silence_s=1.0),
+    }
+
+    async def one(pcm16):
+        caller = Caller(server.local)
+        await caller.open()
+        assert (await caller.dial()).status == 200
+        call = server.calls[caller.call_id]
+        await caller.stream(pcm16)
+        async with asyncio.timeout(60):
+            while not caller.received or not any(t.transcript for t in call.bridge.traces):
+                await asyncio.sleep(0.05)
+        assert (await caller.hangup()).status == 200
+        caller.close()
+        return call
+
+    async def both():
+        return await asyncio.gather(*(one(pcm16) for pcm16 in clips.values()))
+
+    calls = bridge["thread"].call(both())
+    assert calls[0].bridge.session_id != calls[1].bridge.session_id
+    for expected, call in zip(clips, calls, strict=True):
+        heard = next(t.transcript for t in call.bridge.traces if t.transcript)
+        assert jiwer.wer(expected, _words(heard)) <= 0.34, heard
+        assert (
+            call.bridge.closed and call.bridge.session_id not in bridge["pipeline"].router.sessions
+        )
+    assert not server.calls
