@@ -9,6 +9,7 @@ Calls share the server's `Pipeline`: each is its own session on the stage proces
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -120,14 +121,18 @@ class SipServer(asyncio.DatagramProtocol):
                 self.dropped_datagrams += 1
             return
         if msg.method == "ACK":
-            self._on_ack(msg)
+            with contextlib.suppress(ValueError):  # an ACK gets no response, even a 400
+                self._on_ack(msg)
             return
         if self.server_transactions.absorb(msg, addr):
             return
         self.server_transactions.begin(msg, addr)
         handler = self._methods.get(msg.method)
         if handler is not None:
-            handler(msg, addr)
+            try:
+                handler(msg, addr)
+            except ValueError as exc:  # a field the parser let through but the method needs
+                self._respond(msg, 400, "Bad Request", Warning=f'399 voxrelay "{exc}"')
         elif msg.method in NOT_ALLOWED:
             self._respond(msg, 405, "Method Not Allowed", Allow=ALLOW)
         else:
@@ -183,6 +188,11 @@ class SipServer(asyncio.DatagramProtocol):
             sdp = await call.open_media(offer, self.host)
         except ValueError as exc:
             self._respond(invite, 488, "Not Acceptable Here", Warning=f'305 voxrelay "{exc}"')
+            call.end(f"no media: {exc}")
+            return
+        except OSError as exc:  # no RTP port could be bound
+            self._respond(invite, 500, "Server Internal Error", Warning=f'399 voxrelay "{exc}"')
+            call.release()
             call.end(f"no media: {exc}")
             return
         if call.ended:  # cancelled while the media was being set up
