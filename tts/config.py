@@ -30,7 +30,7 @@ class TTSConfig:
     # First fragment: released at the first clause boundary once it has this many
     # words, or after first_fragment_max_words words with no boundary at all.
     first_fragment_min_words: int = 1
-    first_fragment_max_words: int = 5
+    first_fragment_max_words: int = 3
     # Later fragments: shorter ones merge with the next (short fragments sound choppy),
     # and a run of text with no boundary is cut at a word after this many words.
     min_fragment_words: int = 6
