@@ -7,6 +7,7 @@ threads stay exactly constant. CI runs a short form; `make soak` (VOXRELAY_SOAK=
 """
 
 import asyncio
+import os
 import time
 
 import psutil
@@ -18,8 +19,8 @@ from tests.soak import SOAK
 
 pytestmark = [pytest.mark.slow, pytest.mark.soak]
 
-TURNS = 500 if SOAK else 6
-WARMUP = 25 if SOAK else 2
+TURNS = int(os.environ.get("VOXRELAY_SOAK_TURNS") or (500 if SOAK else 6))
+WARMUP = max(2, min(25, TURNS // 20))
 MAX_RSS_GROWTH = 0.05
 
 
