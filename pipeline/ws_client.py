@@ -79,7 +79,9 @@ class ClientSession:
         self._drained = asyncio.Event()
         self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
         self._overflowed = False  # reply audio was dropped since the writer was last idle
-        self._last_sent = self._loop.time()  # the writer's last completed send
+        self._last_sent = self._loop.time()  # the writer's last completed send, or the
+        # last time the transport's buffer was seen to shrink (the kernel took bytes)
+        self._buffered_at_check = 0
         self._stall_check: asyncio.TimerHandle | None = None
         self._voice_rate = 0  # the rate reply audio reaches this sink at
         self._sent_bytes: dict[int, int] = {}  # by turn: reply audio that left for the client
@@ -166,8 +168,16 @@ class ClientSession:
         `stalled_client_s` while reply audio waits for it. One that still reads, however
         slowly, only loses audio."""
         self._stall_check = None
+        # The writer may be idle with its last messages still in the transport's buffer:
+        # what the kernel takes from there is progress too; what it never takes is not.
+        buffered = self._transport_buffered()
+        if buffered < self._buffered_at_check:
+            self._last_sent = self._loop.time()
+        self._buffered_at_check = buffered
+        if not self._queue and not buffered:
+            self._overflowed = False
         if not self._overflowed:
-            return  # the writer has caught up since
+            return  # the client has caught up since
         waited = self._loop.time() - self._last_sent
         if waited >= self.config.stalled_client_s:
             self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
@@ -175,6 +185,10 @@ class ClientSession:
             self._stall_check = self._loop.call_later(
                 self.config.stalled_client_s - waited, self._check_stalled
             )
+
+    def _transport_buffered(self) -> int:
+        transport = self.connection.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
 
     def _sent_samples(self, turn_id: int) -> int:
         """Reply audio of `turn_id` that left for the client, at the rate the sink got it:
@@ -192,7 +206,8 @@ class ClientSession:
         """Drains the outgoing queue into the socket; ends when the connection does."""
         while True:
             if not self._queue:
-                self._overflowed = False
+                if not self._transport_buffered():  # else: the stall timer decides
+                    self._overflowed = False
                 self._drained.set()
                 self._wake.clear()
                 await self._wake.wait()
