@@ -36,6 +36,9 @@ class ASRConfig:
     # 8 s is ~2.5x cheaper than 30 s at equal WER on our clips (docs/asr.md). A decode
     # that looks like a repetition loop is redone with the full window. 30 = always full.
     encoder_context_s: float = 8.0
+    # Share of the ASR process's time that partial decodes of all its sessions together
+    # may use (asr/budget.py); end-of-turn decodes are never held back.
+    partial_cpu_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -76,6 +79,10 @@ class ASRConfig:
             raise ValueError(
                 f"ASRConfig.max_utterance_s must be in 1..{longest:g} s (Whisper's 30 s window "
                 f"minus both speech pads), got {self.max_utterance_s}"
+            )
+        if not 0.05 <= self.partial_cpu_share <= 1.0:
+            raise ValueError(
+                f"ASRConfig.partial_cpu_share must be in 0.05..1, got {self.partial_cpu_share}"
             )
         if not 1.0 <= self.encoder_context_s <= WHISPER_WINDOW_S:
             raise ValueError(

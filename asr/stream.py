@@ -12,6 +12,7 @@ while it waits. Timestamps stay right regardless, since they come from `arrival_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from faster_whisper.vad import SileroVADModel
 
 from asr.agreement import LocalAgreement
 from asr.audio import AudioConverter, AudioInput
+from asr.budget import DecodeBudget
 from asr.config import ASRConfig
 from asr.decoder import Transcript, WhisperDecoder
 from asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
@@ -75,8 +77,17 @@ class _Utterance:
 class ASRStream:
     """Streaming ASR for one session. Not thread-safe; one per audio source."""
 
-    def __init__(self, config: ASRConfig, model: WhisperModel, vad_model: SileroVADModel) -> None:
+    def __init__(
+        self,
+        config: ASRConfig,
+        model: WhisperModel,
+        vad_model: SileroVADModel,
+        budget: DecodeBudget | None = None,
+    ) -> None:
+        """`budget`: shared by every stream of one process (asr/budget.py); by default
+        this stream has its own."""
         self.config = config
+        self._budget = budget or DecodeBudget(config.partial_cpu_share)
         self._decoder = WhisperDecoder(model, config)
         self._vad = StreamingVAD(vad_model)
         self._endpointer = Endpointer(config)
@@ -169,6 +180,7 @@ class ASRStream:
             and self._endpointer.phase is Phase.SPEECH
             and now - self._last_decode_at >= self._partial_gap()
             and now - utterance.audio_start >= MIN_PARTIAL_SAMPLES
+            and self._budget.allows_partial()
         ):
             events += self._partial(utterance, self._decode(utterance, now))
         return events
@@ -242,7 +254,9 @@ class ASRStream:
 
     def _decode(self, utterance: _Utterance, until: int) -> _Decoded:
         start = max(utterance.audio_start, until - WHISPER_MAX_SAMPLES)
+        started_ns = time.perf_counter_ns()
         transcript = self._decoder.decode(self._audio.read(start, until))
+        self._budget.record(started_ns, time.perf_counter_ns())
         utterance.last = _Decoded(transcript, until)
         self._last_decode_ms = transcript.decode_ms
         self._last_decode_at = until

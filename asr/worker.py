@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from asr.budget import DecodeBudget
 from asr.config import ASRConfig
 from asr.events import (
     ASREvent,
@@ -44,6 +45,8 @@ class ASRHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = ASRConfig(**config)
         self.model, self.vad = load_asr(self.config)
+        # One budget for every session's partial decodes (asr/budget.py).
+        self.budget = DecodeBudget(self.config.partial_cpu_share)
         self.out = out
         self.events = events
         self.streams: dict[int, ASRStream] = {}
@@ -69,7 +72,7 @@ class ASRHandler(TableHandler):
 
     def _stream(self, session_id: int) -> ASRStream:
         if session_id not in self.streams:
-            self.streams[session_id] = ASRStream(self.config, self.model, self.vad)
+            self.streams[session_id] = ASRStream(self.config, self.model, self.vad, self.budget)
             self.turn_base[session_id] = self.next_turn.get(session_id, 0)
         return self.streams[session_id]
 
