@@ -70,13 +70,11 @@ class LLMEngine:
                 f"context length ({hparams.max_positions})"
             )
         self.tokenizer = ChatTokenizer(read_tokenizer_data(gguf_file))
-        on_cpu = self.state.device.type == "cpu"
-        if config.decode_dtype == "int8" and not on_cpu:
+        if config.decode_dtype == "int8" and self.state.device.type != "cpu":
             raise ValueError("decode_dtype='int8' is a CPU kernel; use 'bfloat16' on CUDA")
-        chosen = config.decode_dtype
-        if chosen == "auto":
-            chosen = "int8" if on_cpu else "bfloat16"
-        decode_dtype = None if chosen == "same" else _DECODE_DTYPES[chosen]
+        decode_dtype = (
+            None if config.decode_dtype == "same" else _DECODE_DTYPES[config.decode_dtype]
+        )
         model = LlamaModel(gguf_file, hparams, self.state.dtype, self.state.device, decode_dtype)
         self.runner = ModelRunner(
             model,
