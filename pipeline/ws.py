@@ -61,6 +61,9 @@ class ServerConfig:
     max_turn_audio_s: float = 60.0
     send_queue_audio_s: float = 30.0  # reply audio buffered per client before dropping
     stalled_client_s: float = 10.0  # overflowed, then reads nothing this long: close 1008
+    # Kernel send buffer per client (the kernel doubles it): what a client that stopped
+    # reading can still absorb before the outgoing queue sees the backlog.
+    send_buffer_bytes: int = 64 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -74,6 +77,10 @@ class ServerConfig:
         for name in ("idle_timeout_s", "max_turn_audio_s", "send_queue_audio_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 4096 <= self.send_buffer_bytes <= 1 << 24:
+            raise ValueError(
+                f"send_buffer_bytes must be in 4096..16 MiB, got {self.send_buffer_bytes}"
+            )
         if self.stalled_client_s < 0:
             raise ValueError(f"stalled_client_s must be >= 0, got {self.stalled_client_s}")
 

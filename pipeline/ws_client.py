@@ -36,11 +36,10 @@ CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN = 1013
 # A client that does not take our close frame (it stopped reading) is cut after this.
 CLOSE_GRACE_S = 2.0
-# Kernel send buffer per client. Autotuned, it can grow to megabytes (a minute of audio)
-# for a client that stopped reading; bounded, the outgoing queue sees the backlog, and
-# audio counted as sent is close to audio the client received. 64 KiB (the kernel
-# doubles it) covers ~1 s of 48 kHz audio in flight on a long path.
-SEND_BUFFER_BYTES = 64 * 1024
+# Kernel send buffer per client: ServerConfig.send_buffer_bytes. Autotuned, it could grow
+# to megabytes (a minute of audio) for a client that stopped reading; bounded, the
+# outgoing queue sees the backlog, and audio counted as sent is close to audio the client
+# received. 64 KiB (the kernel doubles it) covers ~1 s of 48 kHz audio on a long path.
 
 # Sink.on_text kinds -> (event type, field that carries the text)
 _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
@@ -66,7 +65,7 @@ class ClientSession:
         self.connection = connection
         sock = connection.transport.get_extra_info("socket")
         if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.send_buffer_bytes)
         self.pipeline = pipeline
         self.config = config
         self.input_rate = input_rate

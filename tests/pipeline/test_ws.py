@@ -432,7 +432,12 @@ def _small_server(server, **limits):
 @pytest.mark.slow
 def test_a_client_that_stops_reading_is_closed_with_1008_and_others_are_served(server, clips_dir):
     clip = read_clip(clips_dir / "librivox/0880.wav")
-    small, port = _small_server(server, send_queue_audio_s=0.5, stalled_client_s=1.0)
+    # A small kernel buffer too: the default 64 KiB (doubled by the kernel) plus the
+    # client's can absorb a short reply whole, and a client whose buffers took all of it
+    # has nothing left waiting to be judged stalled on.
+    small, port = _small_server(
+        server, send_queue_audio_s=0.5, stalled_client_s=1.0, send_buffer_bytes=4096
+    )
 
     async def stop_reading():
         # Small buffers on the client's side too, so its backlog reaches the server's queue.

@@ -103,7 +103,10 @@ def test_output_rate_gives_the_expected_sample_count(
     assert jumps.max() <= typical_step
 
 
-def test_per_call_speed_shortens_speech_and_is_validated(voice: Voice) -> None:
+def test_per_call_speed_shortens_speech_and_is_validated(config: TTSConfig) -> None:
+    # Piper's duration noise off: the same text gives the same length every run, so the
+    # ratios below measure the speed setting only (with noise, 0.75x gave 1.19 to 1.35).
+    voice = Voice(dataclasses.replace(config, noise_scale=0.0, noise_w_scale=0.0))
     text = "The quick brown fox jumps over the lazy dog, twice."
 
     def seconds(speed: float | None) -> float:
@@ -112,6 +115,6 @@ def test_per_call_speed_shortens_speech_and_is_validated(voice: Voice) -> None:
 
     normal, fast, slow = seconds(None), seconds(1.5), seconds(0.75)
     assert 0.55 < fast / normal < 0.8, (fast, normal)
-    assert 1.2 < slow / normal < 1.5, (slow, normal)
+    assert 1.1 < slow / normal < 1.5, (slow, normal)  # 1.22 without noise
     with pytest.raises(ValueError, match="outside 0.5..2.0"):
         list(voice.synthesize(text, final=False, speed=2.5))
