@@ -87,7 +87,10 @@ def test_warming_fills_the_servers_prefix_cache(backend: OpenAIBackend, llm_serv
     block = 16
     assert outputs[-1].num_cached_tokens == warmed // block * block  # every full warm block
 
-    cold_turn = f"Ticket {nonce}9: is the lake trail open in winter, and is it icy?"
+    # Its first word differs, so it shares only system prompt + history with the warmed
+    # turn ("Ticket <nonce>" in common could complete one more block, by chance of the
+    # nonce's digit count).
+    cold_turn = f"Winter question {nonce}: is the lake trail open, and is it icy?"
     backend.submit(2, backend.render([*messages, {"role": "user", "content": cold_turn}]))
     cold = collect(backend, 2)[-1].num_cached_tokens
     assert cold < warmed // block * block  # the history only, not the new words
