@@ -6,8 +6,9 @@ utterance. CTranslate2 accepts fewer frames; the encoder cost is then roughly li
 them. Whisper was only trained on 30 s windows, though: with too little trailing silence
 it stops seeing an end and loops ("ten of clubs ten of clubs ..."). So every decode gets
 at least `encoder_context_s` of input and 2 s of silence after the speech, a tight
-token budget, and a loop check (budget hit, gzip ratio, or the text starting over);
-a decode that looks like a loop is redone with the full window and a generous budget.
+token budget, and a loop check (budget hit, gzip ratio, the text starting over, or a
+word group stuck on repeat); a decode that looks like a loop is redone with the full
+window and a generous budget, and a group still stuck after that is kept once.
 On our clips 1 decode in 11 is redone at 8 s (docs/asr.md).
 """
 
@@ -43,6 +44,11 @@ RETRY_MIN_TOKENS = 24
 # A loop that restarts the utterance repeats its first words ("go forward ten meters go
 # forward ..."); this many words in a row from the start, found again later, is one.
 RESTART_WORDS = 3
+# A loop that sticks on its last words repeats them back to back ("voice assistant,
+# assistant, assistant, assistant"); this many copies in a row of one 1-4 word group is
+# one. Three ("no, no, no") is left alone: people say that.
+STUCK_COPIES = 4
+STUCK_MAX_WORDS = 4
 MAX_TOKENS = 440  # Whisper's text context is 448 including the prompt
 
 
@@ -61,12 +67,41 @@ def _compression_ratio(text: str) -> float:
 
 def _starts_over(text: str) -> bool:
     """Whether the text repeats its own opening words later on (a restart loop)."""
-    words = [w.strip(".,!?;:").lower() for w in text.split()]
+    words = _normalized_words(text)
     size = RESTART_WORDS if len(words) >= 2 * RESTART_WORDS else 2
     if len(words) < 2 * size:
         return False
     opening = words[:size]
     return any(words[i : i + size] == opening for i in range(1, len(words) - size + 1))
+
+
+def _stuck_run(words: list[str]) -> tuple[int, int, int] | None:
+    """The first run of >= STUCK_COPIES back-to-back copies of a 1-4 word group, as
+    (start, group size, copies), or None."""
+    for start in range(len(words)):
+        for size in range(1, STUCK_MAX_WORDS + 1):
+            group = words[start : start + size]
+            if len(group) < size:
+                break
+            copies = 1
+            while words[start + copies * size : start + (copies + 1) * size] == group:
+                copies += 1
+            if copies >= STUCK_COPIES:
+                return start, size, copies
+    return None
+
+
+def _normalized_words(text: str) -> list[str]:
+    return [w.strip(".,!?;:").lower() for w in text.split()]
+
+
+def _collapse_stuck(text: str) -> str:
+    """Keep one copy of each stuck run (see STUCK_COPIES), punctuation of the last copy."""
+    words = text.split()
+    while (run := _stuck_run(_normalized_words(" ".join(words)))) is not None:
+        start, size, copies = run
+        words = words[:start] + words[start + (copies - 1) * size :]
+    return " ".join(words)
 
 
 class WhisperDecoder:
@@ -92,12 +127,18 @@ class WhisperDecoder:
         text, hit_budget = self._run(audio, frames, max_tokens)
         retried = False
         looped = (
-            hit_budget or _compression_ratio(text) > COMPRESSION_RATIO_LOOP or _starts_over(text)
+            hit_budget
+            or _compression_ratio(text) > COMPRESSION_RATIO_LOOP
+            or _starts_over(text)
+            or _stuck_run(_normalized_words(text)) is not None
         )
         if frames < FULL_FRAMES and looped:
             retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
             text, _ = self._run(audio, FULL_FRAMES, retry_tokens)
             frames, retried = FULL_FRAMES, True
+        # Even the full window can stick on a short utterance's last word; the copies
+        # are never speech worth passing on.
+        text = _collapse_stuck(text)
         decode_ms = (time.perf_counter() - started) * 1000
         return Transcript(text.strip(), decode_ms, frames, retried)
 

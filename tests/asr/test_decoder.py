@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from asr.config import ASRConfig
-from asr.decoder import WhisperDecoder, _starts_over
+from asr.decoder import WhisperDecoder, _collapse_stuck, _starts_over, _stuck_run
 from tests.asr.clipdata import read_clip, silence, trim
 
 
@@ -18,6 +18,20 @@ def test_restart_loops_are_recognised() -> None:
     assert not _starts_over("five five")
     # A repeated phrase that is not the opening is ordinary speech.
     assert not _starts_over("I said the red one, the red one, please")
+
+
+def test_stuck_loops_are_recognised_and_kept_once() -> None:
+    # Seen on a 1.5 s reply heard over SIP: the decode stuck on its last word.
+    stuck = "a helpful voice, assistant, assistant, assistant, assistant"
+    assert _stuck_run(stuck.replace(",", "").split()) == (3, 1, 4)
+    assert _collapse_stuck(stuck) == "a helpful voice, assistant"
+    assert _collapse_stuck("ten of clubs ten of clubs ten of clubs ten of clubs.") == (
+        "ten of clubs."
+    )
+    # Three copies are ordinary speech; so are repeats with words between them.
+    assert _stuck_run(["no", "no", "no"]) is None
+    assert _collapse_stuck("no, no, no, I said") == "no, no, no, I said"
+    assert _collapse_stuck("one two one three one four one") == "one two one three one four one"
 
 
 def test_short_window_decodes_a_real_clip_without_retry(clips: Path, models) -> None:
