@@ -216,6 +216,12 @@ class Session:
         if len(self._ended) > MAX_ENDED_TURNS:
             self._ended.discard(min(self._ended))
 
+    def finish(self, trace: TurnTrace) -> None:
+        """Writes a turn's row now, though no stage record ended it (a call's last key
+        presses: `pipeline/sip/dtmf.py`)."""
+        self.turns.pop(trace.turn_id, None)
+        self._finish(trace)
+
     def _finish(self, trace: TurnTrace) -> None:
         self._end(trace.turn_id)
         self._traces.write(trace)

@@ -92,6 +92,12 @@ class TurnTrace:
     asr_model: str = ""
     llm_model: str = ""
     tts_voice: str = ""
+    dtmf: str = ""  # key presses (RFC 4733, AudioSocket) that went with this turn, in order
+    dtmf_first_ns: int = 0  # when the first of them arrived
+
+    def add_dtmf(self, digits: str, at_ns: int) -> None:
+        self.dtmf += digits
+        self.dtmf_first_ns = min(self.dtmf_first_ns or at_ns, at_ns)
 
     def mark(self, point: Stamp, at_ns: int) -> None:
         # The first stamp of a kind wins: a retried stage must not move it later.
@@ -133,6 +139,8 @@ class TurnTrace:
         row["heard_text"] = self.heard_text or None
         row["speculative_retracts"] = self.speculative_retracts
         row["error"] = self.error or None
+        row["dtmf"] = self.dtmf or None
+        row["dtmf_first_ns"] = self.dtmf_first_ns or None
         return row
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from pipeline.audio_io import OutputResampler
 from pipeline.session import Session, Sink
 from pipeline.sip.config import SipConfig
+from pipeline.sip.dtmf import TraceDigits
 from pipeline.sip.playout import SAMPLE_RATE
 from pipeline.trace import TurnTrace
 
@@ -88,11 +89,14 @@ class CallBridge:
         self._digit_actions = dict(config.dtmf_actions)
         self.session = host.open_session(self, transport)
         self.session_id = self.session.session_id
+        self.digits = TraceDigits(self.session)
         self.closed = False
 
-    def note(self, kind: str, detail: str) -> None:
-        self.events.append(CallEvent(time.perf_counter_ns(), kind, detail))
+    def note(self, kind: str, detail: str) -> CallEvent:
+        event = CallEvent(time.perf_counter_ns(), kind, detail)
+        self.events.append(event)
         log.info("call %s (session %d): %s %s", self.call_id, self.session_id, kind, detail)
+        return event
 
     # From the media port.
 
@@ -101,7 +105,7 @@ class CallBridge:
             self.dropped_input_bytes += self.host.send_audio(self.session_id, pcm16, SAMPLE_RATE)
 
     def on_dtmf(self, digit: str) -> None:
-        self.note("dtmf", digit)
+        self.digits.press(digit, self.note("dtmf", digit).at_ns)
         action = self._digit_actions.get(digit)
         if action is not None:
             self._dtmf_actions[action](digit)
@@ -133,6 +137,8 @@ class CallBridge:
             for stale in [t for t in self._resamplers if t < turn_id]:
                 del self._resamplers[stale]
             self.note("barge_in", f"turn {turn_id}")
+        elif kind == "speech.started":
+            self.digits.turn_started(turn_id)
         elif kind == "transcript.final":
             self.note("transcript", text)
         elif kind == "response.text":
@@ -155,6 +161,7 @@ class CallBridge:
     def close(self) -> None:
         """The call is over: free the session here and in every stage."""
         if not self.closed:
+            self.digits.call_ended()  # before the session goes: it writes the row
             self.closed = True
             self.host.close_session(self.session_id)
             self._resamplers.clear()

@@ -4,12 +4,18 @@ A key press is sent as several packets with the same RTP timestamp (the event's
 start) and a growing duration, the last ones (usually three) with the E bit. A digit is
 reported once, on the first packet of its timestamp: the caller expects a menu to react
 on the press, not on release, and retransmitted end packets must not repeat it.
+
+`TraceDigits` puts the digits into the per-turn trace rows (docs/traces.md, Key presses).
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from ipc.records import Stamp
+from pipeline.session import Session
+from pipeline.trace import TurnTrace
 
 EVENT = struct.Struct("!BBH")  # event, E|R|volume, duration
 DIGITS = "0123456789*#ABCD"  # events 0..15
@@ -50,3 +56,57 @@ class DtmfReceiver:
             return None  # a later packet of the press already reported
         self._last_timestamp = rtp_timestamp
         return event.digit
+
+
+class TraceDigits:
+    """Puts a call's key presses into its session's trace rows.
+
+    A digit goes with the turn in progress: the newest turn whose row is not written yet,
+    unless the ASR ended it without words (no reply will ever write it). Pressed between
+    turns, it waits and goes with the next turn. When the call ends, the digits no row
+    carries (still waiting, or in a turn the hang-up cut short, which is never written)
+    go into one last row of their own, numbered as the next turn would have been.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.waiting: list[tuple[int, str]] = []  # (at_ns, digit) pressed between turns
+        self._newest_turn = -1
+
+    def press(self, digit: str, at_ns: int) -> None:
+        trace = self._in_progress()
+        if trace is None:
+            self.waiting.append((at_ns, digit))
+        else:
+            trace.add_dtmf(digit, at_ns)
+
+    def turn_started(self, turn_id: int) -> None:
+        """The caller started speaking: the turn takes the digits pressed before it."""
+        self._newest_turn = max(self._newest_turn, turn_id)
+        trace = self.session.turns.get(turn_id)
+        if trace is not None:
+            for at_ns, digit in self.waiting:
+                trace.add_dtmf(digit, at_ns)
+            self.waiting.clear()
+
+    def call_ended(self) -> TurnTrace | None:
+        """Writes the row of the digits no row carries yet; None if there are none."""
+        open_turns = self.session.turns.values()
+        presses = [(t.dtmf_first_ns, t.dtmf) for t in open_turns if t.dtmf] + self.waiting
+        self.waiting = []
+        if not presses:
+            return None
+        newest = max([self._newest_turn, *self.session.turns])
+        trace = self.session.trace(newest + 1)
+        for at_ns, digits in sorted(presses):
+            trace.add_dtmf(digits, at_ns)
+        self.session.finish(trace)
+        return trace
+
+    def _in_progress(self) -> TurnTrace | None:
+        if not self.session.turns:
+            return None
+        trace = self.session.turns[max(self.session.turns)]
+        if Stamp.ASR_FINAL in trace.stamps and not trace.transcript:
+            return None  # the ASR heard no words: this turn gets no reply, so no row
+        return trace

@@ -25,6 +25,7 @@ def _full_trace() -> TurnTrace:
     trace.barge_in_ns = 1_200_000_000
     trace.audio_out_samples, trace.audio_out_rate = 22050, 22050
     trace.error = "tts stage process exited"
+    trace.add_dtmf("5", 1_050_000_000)
     return trace
 
 
