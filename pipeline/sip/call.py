@@ -1,9 +1,13 @@
 """One call: its dialog (RFC 3261 12), its RTP port and its pipeline session.
 
-We are always the called party. The dialog remembers what in-dialog requests of ours
-(BYE, REFER) need: the caller's tag and Contact, the route set, our CSeq. Requests go
-to the address the INVITE came from (symmetric signalling, RFC 3581), which is where
-a caller behind NAT or a proxy can be reached.
+We are always the called party. The caller's INVITE carries its SDP offer, or none (a
+late offer, RFC 3261 13.2.1): then our offer goes in the 200 OK, the caller's answer
+comes in the ACK, and media (the RTP port's bridge to a pipeline session) starts only
+once that answer is taken; an ACK without an answer we can take ends the call with a
+BYE. The dialog remembers what in-dialog requests of ours (BYE, REFER) need: the
+caller's tag and Contact, the route set, our CSeq. Requests go to the address the
+INVITE came from (symmetric signalling, RFC 3581), which is where a caller behind NAT
+or a proxy can be reached.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from pipeline.sip.bridge import CallBridge, SessionHost
 from pipeline.sip.config import SipConfig
 from pipeline.sip.media import RtpPort
 from pipeline.sip.message import SipMessage, param, uri_of
-from pipeline.sip.sdp import Offer, build_answer, negotiate
+from pipeline.sip.sdp import (
+    OFFERED_DTMF_PAYLOAD,
+    PAYLOAD_TYPES,
+    Answer,
+    Offer,
+    accept_answer,
+    build_answer,
+    build_offer,
+    negotiate,
+)
 from pipeline.sip.transaction import Address, new_branch
 
 log = logging.getLogger("voxrelay.sip")
@@ -61,6 +74,7 @@ class Call:
         self.rtp: RtpPort | None = None
         self.bridge: CallBridge | None = None
         self.sdp_version = 1
+        self.awaiting_answer = False  # a late offer: our SDP went in the 200 OK
         self.end_reason = ""
         self._watchdog: asyncio.Task[None] | None = None
 
@@ -82,13 +96,37 @@ class Call:
             self.config.jitter_packets,
             self.source[0],
         )
-        self.rtp.update(answer, (offer.address, offer.port), offer.on_hold)
+        self._start_media(offer, answer, host)
+        return self._sdp()
+
+    async def offer_media(self) -> bytes:
+        """Late offer: bind the RTP port; returns our SDP offer for the 200 OK."""
+        codec = self.config.codecs[0]
+        # Until the ACK's answer names the caller's address and codec, the port sends
+        # nothing (held) and hands nothing on (no bridge, no session yet).
+        pending = Answer(codec, PAYLOAD_TYPES[codec], OFFERED_DTMF_PAYLOAD, "sendrecv")
+        nowhere = ("0.0.0.0", 0)
+        self.rtp = await RtpPort.open(
+            self.local[0], pending, nowhere, self.config.jitter_packets, self.source[0]
+        )
+        self.rtp.update(pending, nowhere, held=True)
+        self.awaiting_answer = True
+        return build_offer(
+            self.config.codecs,
+            self.local[0],
+            self.rtp.local_port,
+            id(self) % 10**9,
+            self.sdp_version,
+        )
+
+    def _start_media(self, theirs: Offer, answer: Answer, host: SessionHost) -> None:
+        assert self.rtp is not None
+        self.rtp.update(answer, (theirs.address, theirs.port), theirs.on_hold)
         self.rtp.on_hangup = self.hangup
         self.rtp.on_transfer = self.transfer
         self.bridge = CallBridge(host, self.rtp, self.config, "sip", self.call_id)
         self.rtp.bridge = self.bridge
         self.rtp.start()
-        return self._sdp()
 
     def _sdp(self) -> bytes:
         assert self.rtp is not None
@@ -106,11 +144,22 @@ class Call:
             self.bridge.note("reinvite", f"{answer.codec} {answer.direction}")
         return self._sdp()
 
-    def confirm(self) -> None:
-        """The ACK arrived: the call is up."""
-        if self.state is CallState.RINGING:
-            self.state = CallState.CONFIRMED
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+    def confirm(self, ack: SipMessage, host: SessionHost) -> None:
+        """The ACK arrived: the call is up. After a late offer, media starts with the
+        answer the ACK carries; without one we can take, we hang up: an ACK cannot be
+        refused (RFC 3261 13.2.2.4 has a caller do the same with an offer it rejects)."""
+        if self.state is not CallState.RINGING:
+            return  # a retransmitted ACK
+        self.state = CallState.CONFIRMED
+        if self.awaiting_answer:
+            self.awaiting_answer = False
+            try:
+                theirs, answer = accept_answer(ack.body, self.config.codecs)
+            except ValueError as exc:
+                self.hangup(f"no usable SDP answer in the ACK: {exc}", after_playback=False)
+                return
+            self._start_media(theirs, answer, host)
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         """Ends calls that outlive max_call_s or whose caller stopped sending RTP."""

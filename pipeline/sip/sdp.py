@@ -1,5 +1,7 @@
 """SDP offer/answer (RFC 3264) for one audio stream: G.711 at 8 kHz plus RFC 4733
-telephone-event. We answer; we never offer (an INVITE without SDP is refused with 488).
+telephone-event. We answer the caller's offer, or, for an INVITE without SDP (late
+offer), offer every codec we speak in the 200 OK and take the caller's answer from the
+ACK (`accept_answer`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 
 # Static payload types (RFC 3551) for the codecs we speak.
 STATIC_PAYLOADS: dict[int, str] = {0: "PCMU", 8: "PCMA"}
+PAYLOAD_TYPES: dict[str, int] = {name: number for number, name in STATIC_PAYLOADS.items()}
 DIRECTIONS = ("sendrecv", "sendonly", "recvonly", "inactive")
 # What we answer to each direction the caller offers (RFC 3264 6.1).
 _ANSWER_DIRECTION: dict[str, str] = {
@@ -18,6 +21,8 @@ _ANSWER_DIRECTION: dict[str, str] = {
     "inactive": "inactive",
 }
 MAX_SDP_BYTES = 4096
+# The telephone-event payload type we offer: the number the caller sends digits with.
+OFFERED_DTMF_PAYLOAD = 101
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +127,52 @@ def negotiate(offer: Offer, codecs: tuple[str, ...]) -> Answer:
     return Answer(codec, chosen, dtmf, _ANSWER_DIRECTION[offer.direction])
 
 
+def accept_answer(body: bytes, codecs: tuple[str, ...]) -> tuple[Offer, Answer]:
+    """The caller's answer to our late offer: its stream (address, port, direction, read
+    like an offer) and the media that sets up on our side. ValueError if the ACK carries
+    no SDP or one we cannot take (no codec of ours)."""
+    if not body.strip():
+        raise ValueError("the ACK carries no SDP answer")
+    theirs = parse_offer(body)
+    chosen = negotiate(theirs, codecs)
+    # RFC 3264 5.1: the offer's numbers are those its author receives, so digits come
+    # to us as the payload type we offered, whatever number the answer gives the event.
+    dtmf = OFFERED_DTMF_PAYLOAD if chosen.dtmf_payload_type is not None else None
+    return theirs, Answer(chosen.codec, chosen.payload_type, dtmf, chosen.direction)
+
+
 def build_answer(answer: Answer, address: str, port: int, session_id: int, version: int) -> bytes:
-    payloads = [answer.payload_type] + (
-        [answer.dtmf_payload_type] if answer.dtmf_payload_type is not None else []
+    return _describe(
+        [(answer.payload_type, answer.codec)],
+        answer.dtmf_payload_type,
+        answer.direction,
+        address,
+        port,
+        session_id,
+        version,
     )
+
+
+def build_offer(
+    codecs: tuple[str, ...], address: str, port: int, session_id: int, version: int
+) -> bytes:
+    """Our offer for a late-offer 200 OK: every codec of ours, in our order, and DTMF."""
+    formats = [(PAYLOAD_TYPES[codec], codec) for codec in codecs]
+    return _describe(formats, OFFERED_DTMF_PAYLOAD, "sendrecv", address, port, session_id, version)
+
+
+def _describe(
+    formats: list[tuple[int, str]],
+    dtmf_payload_type: int | None,
+    direction: str,
+    address: str,
+    port: int,
+    session_id: int,
+    version: int,
+) -> bytes:
+    payloads = [number for number, _ in formats]
+    if dtmf_payload_type is not None:
+        payloads.append(dtmf_payload_type)
     lines = [
         "v=0",
         f"o=voxrelay {session_id} {version} IN IP4 {address}",
@@ -133,12 +180,12 @@ def build_answer(answer: Answer, address: str, port: int, session_id: int, versi
         f"c=IN IP4 {address}",
         "t=0 0",
         f"m=audio {port} RTP/AVP {' '.join(map(str, payloads))}",
-        f"a=rtpmap:{answer.payload_type} {answer.codec}/8000",
     ]
-    if answer.dtmf_payload_type is not None:
+    lines += [f"a=rtpmap:{number} {codec}/8000" for number, codec in formats]
+    if dtmf_payload_type is not None:
         lines += [
-            f"a=rtpmap:{answer.dtmf_payload_type} telephone-event/8000",
-            f"a=fmtp:{answer.dtmf_payload_type} 0-16",
+            f"a=rtpmap:{dtmf_payload_type} telephone-event/8000",
+            f"a=fmtp:{dtmf_payload_type} 0-16",
         ]
-    lines += ["a=ptime:20", f"a={answer.direction}"]
+    lines += ["a=ptime:20", f"a={direction}"]
     return ("\r\n".join(lines) + "\r\n").encode()

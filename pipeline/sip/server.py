@@ -164,7 +164,8 @@ class SipServer(asyncio.DatagramProtocol):
             self._respond(invite, 486, "Busy Here", **{"Retry-After": "10"})
             return
         try:
-            offer = parse_offer(invite.body)
+            # No body: a late offer (ours goes in the 200 OK, the answer comes in the ACK).
+            offer = parse_offer(invite.body) if invite.body.strip() else None
         except ValueError as exc:
             self._respond(invite, 488, "Not Acceptable Here", Warning=f'305 voxrelay "{exc}"')
             return
@@ -175,7 +176,7 @@ class SipServer(asyncio.DatagramProtocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, call: Call, offer: Offer) -> None:
+    async def _answer(self, call: Call, offer: Offer | None) -> None:
         invite = call.invite
         self.server_transactions.respond(
             invite, self._reply(invite, 180, "Ringing", call.local_tag)
@@ -185,7 +186,8 @@ class SipServer(asyncio.DatagramProtocol):
         if call.state is not CallState.RINGING:
             return  # cancelled while ringing
         try:
-            sdp = await call.open_media(offer, self.host)
+            media = call.offer_media() if offer is None else call.open_media(offer, self.host)
+            sdp = await media
         except ValueError as exc:
             self._respond(invite, 488, "Not Acceptable Here", Warning=f'305 voxrelay "{exc}"')
             call.end(f"no media: {exc}")
@@ -236,7 +238,7 @@ class SipServer(asyncio.DatagramProtocol):
         if self.server_transactions.ack(ack):
             call = self.calls.get(ack.call_id)
             if call is not None:
-                call.confirm()
+                call.confirm(ack, self.host)
 
     def _on_bye(self, bye: SipMessage, addr: Address) -> None:
         call = self._dialog(bye)

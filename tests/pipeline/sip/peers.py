@@ -48,15 +48,16 @@ def write_8k_wav(path: Path, pcm16: bytes) -> Path:
     return path
 
 
-def rtp_stream(pcm16: bytes, digits: str = "") -> list[bytes]:
-    """PCMU packets every 20 ms, then RFC 4733 presses of `digits`; one SSRC, one
+def rtp_stream(pcm16: bytes, digits: str = "", codec: str = "PCMU") -> list[bytes]:
+    """G.711 packets every 20 ms, then RFC 4733 presses of `digits`; one SSRC, one
     sequence, so the receiver sees one stream."""
+    payload_type = {"PCMU": 0, "PCMA": 8}[codec]
     packets: list[bytes] = []
     sequence, timestamp = 1000, 16000
     for offset in range(0, len(pcm16), 320):
         frame = pcm16[offset : offset + 320].ljust(320, b"\0")
-        packets.append(RtpPacket(0, sequence, timestamp, 0x1234, g711.encode(frame, "PCMU"),
-                                 offset == 0).to_bytes())  # fmt: skip
+        packets.append(RtpPacket(payload_type, sequence, timestamp, 0x1234,
+                                 g711.encode(frame, codec), offset == 0).to_bytes())  # fmt: skip
         sequence, timestamp = sequence + 1, timestamp + 160
     for digit in digits:
         for duration, end in ((160, False), (320, False), (480, False), (640, True), (640, True)):
@@ -65,8 +66,9 @@ def rtp_stream(pcm16: bytes, digits: str = "") -> list[bytes]:
             sequence += 1
         timestamp += 800
         for _ in range(10):  # 200 ms of silence between keys
-            silence = bytes([0xFF]) * 160
-            packets.append(RtpPacket(0, sequence, timestamp, 0x1234, silence).to_bytes())
+            silence = g711.encode(bytes(320), codec)
+            packets.append(RtpPacket(payload_type, sequence, timestamp, 0x1234,
+                                     silence).to_bytes())  # fmt: skip
             sequence, timestamp = sequence + 1, timestamp + 160
     return packets
 
@@ -131,6 +133,16 @@ class Capture:
         return rows
 
 
+def payload_types(capture: Capture, port: int) -> set[int]:
+    """The RTP payload types of the packets the bridge sent from `port`."""
+    fields = subprocess.run(
+        [TSHARK, "-r", str(capture.path), "-d", f"udp.port=={port},rtp",
+         "-Y", f"udp.srcport=={port}", "-T", "fields", "-e", "rtp.p_type"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return {int(value) for value in fields.split()}
+
+
 def pacing_ms(rows: list[tuple[float, str, int, int, bool]]) -> tuple[np.ndarray, np.ndarray]:
     """(|gap - 20 ms| between consecutive packets of a talkspurt, RFC 3550 interarrival
     jitter after each packet). The jitter estimator is the one RTP receivers and
@@ -173,8 +185,39 @@ a=fmtp:101 0-15
 """
 
 
-def in_dialog(method: str, cseq: int) -> str:
+# An INVITE without a body: a late offer, the bridge offers in its 200 OK.
+INVITE_NO_SDP = INVITE.split("Content-Type:")[0] + "Content-Length: 0\n\n]]></send>\n"
+
+
+# The bridge's 200 OK to a late offer carries its offer: both G.711 laws, then DTMF.
+LATE_OFFER_200 = """  <recv response="200" rtd="true">
+    <action>
+      <ereg regexp="m=audio [0-9]+ RTP/AVP 0 8 101" search_in="body" check_it="true"
+            assign_to="offer"/>
+    </action>
+  </recv>
+  <Reference variables="offer"/>
+"""
+
+
+def answer_sdp(*payloads: int) -> str:
+    """SIPp's SDP answer to the bridge's late offer, with the payload types it takes."""
+    names = {0: "PCMU/8000", 8: "PCMA/8000", 18: "G729/8000", 101: "telephone-event/8000"}
+    rtpmaps = "".join(f"a=rtpmap:{p} {names[p]}\n" for p in payloads)
+    return (
+        "v=0\no=sipp 1 1 IN IP[local_ip_type] [local_ip]\ns=-\nc=IN IP[media_ip_type] "
+        f"[media_ip]\nt=0 0\nm=audio [media_port] RTP/AVP {' '.join(map(str, payloads))}\n"
+        + rtpmaps
+    )
+
+
+def in_dialog(method: str, cseq: int, sdp: str = "") -> str:
     retrans = "" if method == "ACK" else ' retrans="500"'  # an ACK gets no response
+    body = (
+        f"Content-Type: application/sdp\nContent-Length: [len]\n\n{sdp}"
+        if sdp
+        else ("Content-Length: 0\n\n")
+    )
     return f"""  <send{retrans}><![CDATA[
 {method} sip:bot@[remote_ip]:[remote_port] SIP/2.0
 Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
@@ -184,6 +227,18 @@ Call-ID: [call_id]
 CSeq: {cseq} {method}
 Contact: <sip:sipp@[local_ip]:[local_port]>
 Max-Forwards: 70
+{body}]]></send>
+"""
+
+
+ANSWER_BYE = """  <recv request="BYE"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
 Content-Length: 0
 
 ]]></send>

@@ -6,7 +6,7 @@ import pytest
 from pipeline.sip import g711
 from pipeline.sip.dtmf import DtmfReceiver, build_event, parse_event
 from pipeline.sip.rtp import JitterBuffer, RtpPacket, parse_packet, seq_distance
-from pipeline.sip.sdp import build_answer, negotiate, parse_offer
+from pipeline.sip.sdp import accept_answer, build_answer, build_offer, negotiate, parse_offer
 
 # ITU-T G.711 reference values (Sun g711.c / CCITT tables).
 MULAW = {0: 0xFF, -1: 0x7E, 1000: 0xCE, -1000: 0x4E, 32767: 0x80, -32768: 0x00, 100: 0xF2}
@@ -126,3 +126,21 @@ def test_sdp_hold_and_refusals():
         parse_offer(b"v=0\r\nc=IN IP4 1.2.3.4\r\n")
     with pytest.raises(ValueError, match="IPv4"):
         parse_offer(OFFER.replace(b"c=IN IP4 127.0.0.1", b"c=IN IP4 bogus"))
+
+
+def test_sdp_late_offer_lists_our_codecs_and_takes_the_answer_from_the_ack():
+    ours = parse_offer(build_offer(("PCMU", "PCMA"), "127.0.0.1", 30000, 7, 1))
+    assert (ours.port, ours.payloads, ours.direction) == (30000, (0, 8, 101), "sendrecv")
+    assert ours.rtpmap[101] == "telephone-event/8000"
+    # The answer picks PCMA and numbers the event 96: digits still come to us as 101,
+    # the number we offered (RFC 3264 5.1: an offer's numbers are what its author hears).
+    answer_body = OFFER.replace(b"8 0 101", b"8 96").replace(b"a=rtpmap:101", b"a=rtpmap:96")
+    theirs, answer = accept_answer(answer_body, ("PCMU", "PCMA"))
+    assert (theirs.address, theirs.port) == ("127.0.0.1", 40000)
+    assert (answer.codec, answer.payload_type, answer.dtmf_payload_type) == ("PCMA", 8, 101)
+    _, without_dtmf = accept_answer(OFFER.replace(b"8 0 101", b"0"), ("PCMU", "PCMA"))
+    assert without_dtmf.dtmf_payload_type is None
+    with pytest.raises(ValueError, match="no SDP answer"):
+        accept_answer(b"", ("PCMU",))
+    with pytest.raises(ValueError, match="no common codec"):
+        accept_answer(OFFER.replace(b"8 0 101", b"18"), ("PCMU", "PCMA"))

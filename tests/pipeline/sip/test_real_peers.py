@@ -4,6 +4,7 @@ dials, plays a real 8 kHz WAV through aufile and records what it hears; an Audio
 client streams a clip over TCP."""
 
 import asyncio
+import json
 import subprocess
 import time
 import uuid
@@ -14,6 +15,7 @@ import pytest
 
 from asr.config import ASRConfig
 from asr.transcribe import transcribe_file
+from ipc.records import Stamp
 from pipeline.config import PipelineConfig
 from pipeline.run import Pipeline
 from pipeline.sip.audiosocket import AudioSocketServer, Kind, frame, read_frame
@@ -23,16 +25,20 @@ from pipeline.sip.server import SipServer
 from tests.pipeline.sip.peers import (
     BARESIP,
     INVITE,
+    INVITE_NO_SDP,
+    LATE_OFFER_200,
     SCENARIO_HEAD,
     SIPP,
     TSHARK,
     Capture,
     LoopThread,
+    answer_sdp,
     clip_8k,
     free_udp_port,
     in_dialog,
     missing,
     pacing_ms,
+    payload_types,
     rtp_stream,
     run_sipp,
     write_8k_wav,
@@ -47,9 +53,9 @@ def _words(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bridge(clips_dir):
+def bridge(clips_dir, tmp_path_factory):
     thread = LoopThread()
-    state = {}
+    state = {"trace_path": tmp_path_factory.mktemp("traces") / "traces.jsonl"}
 
     async def start():
         # Piper without its duration/phoneme noise: the replies here are a few words, and a
@@ -58,7 +64,7 @@ def bridge(clips_dir):
         # says nothing about the bridge. Deterministic audio keeps the heard-vs-said check
         # about what the bridge carries.
         config = PipelineConfig(tts={"noise_scale": 0.0, "noise_w_scale": 0.0})
-        pipeline = Pipeline(config, transport_name="sip")
+        pipeline = Pipeline(config, state["trace_path"], transport_name="sip")
         await pipeline.__aenter__()
         state["pipeline"] = pipeline
         state["sip"] = SipServer(pipeline, SipConfig(port=0))
@@ -77,6 +83,12 @@ def bridge(clips_dir):
 
     thread.call(stop())
     thread.stop()
+
+
+def _trace_rows(bridge, session_id: int) -> list[dict]:
+    """The rows the pipeline wrote to its JSONL trace file for one call's session."""
+    rows = [json.loads(line) for line in bridge["trace_path"].read_text().splitlines()]
+    return [row for row in rows if row["session"] == session_id]
 
 
 def _wait_ended(server, count: int, timeout_s: float = 20.0):
@@ -117,11 +129,26 @@ def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_d
     call = _wait_ended(server, ended_before + 1)
     assert call.end_reason == "caller hung up"
     assert call.bridge.closed and call.bridge.session_id not in bridge["pipeline"].router.sessions
-    assert [e.detail for e in call.bridge.events if e.kind == "dtmf"] == ["5"]
+    (pressed,) = [e for e in call.bridge.events if e.kind == "dtmf"]
+    assert pressed.detail == "5"
     turns = [t for t in call.bridge.traces if t.transcript]
     assert turns, f"no turn was transcribed: {call.bridge.events}"
     assert jiwer.wer("go forward ten meters", _words(turns[0].transcript)) <= 0.25
     assert turns[0].first_audio_out_ns, "the bot did not reply"
+    # The digit is in the JSONL trace, in the row the rule in docs/traces.md names: the
+    # turn still in progress when it came (its row not yet written), else the call's last.
+    rows = _trace_rows(bridge, call.bridge.session_id)
+    (row,) = [r for r in rows if r["dtmf"]]
+    assert (row["dtmf"], row["dtmf_first_ns"]) == ("5", pressed.at_ns)
+    assert pressed.at_ns > turns[0].stamps[Stamp.SPEECH_END]  # the pcap sends it after speech
+    if row["transcript"]:
+        assert row["turn"] == turns[0].turn_id and row["transport"] == "sip"
+    else:
+        assert row["turn"] == max(r["turn"] for r in rows) and row is rows[-1]
+        assert row["speech_start_ns"] is None and row["error"] is None
+        # Between turns: the turn's row was written before the press arrived.
+        assert turns[0].stamps[Stamp.TTS_DONE] < pressed.at_ns
+    print(f"digit 5 in the trace row of turn {row['turn']} ({row['transcript'] or 'call end'})")
     rows = capture.rtp_from(call.rtp.local_port)
     assert len(rows) >= 25, "under 0.5 s of reply RTP on the wire"
     assert {(dst, port) for _, dst, port, _, _ in rows} == {("127.0.0.1", media_port)}
@@ -133,6 +160,50 @@ def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_d
     assert np.percentile(jitter, 95) < 5.0, (
         f"RFC 3550 jitter p95 {np.percentile(jitter, 95):.1f} ms"
     )
+
+
+@pytest.mark.skipif(missing(SIPP, TSHARK) is not None, reason=str(missing(SIPP, TSHARK)))
+def test_sipp_late_offer_answer_in_the_ack_then_speech_and_bye(bridge, clips_dir, tmp_path):
+    """INVITE without SDP: the bridge offers PCMU, PCMA and DTMF in its 200 OK; SIPp
+    answers PCMA in the ACK, and the call runs on what the answer chose."""
+    speech = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=2.0)
+    write_pcap(tmp_path / "call.pcap", rtp_stream(speech, codec="PCMA"))
+    media_port = free_udp_port()
+    steps = [
+        INVITE_NO_SDP,
+        '  <recv response="100" optional="true"/>\n',
+        '  <recv response="180" optional="true"/>\n',
+        LATE_OFFER_200,
+        in_dialog("ACK", 1, answer_sdp(8, 101)),  # not our first choice: the answer decides
+        '  <nop><action><exec play_pcap_audio="call.pcap"/></action></nop>\n',
+        '  <pause milliseconds="11000"/>\n',
+        in_dialog("BYE", 2),
+        '  <recv response="200"/>\n',
+    ]
+    scenario = SCENARIO_HEAD.format(name="late") + "".join(steps) + "</scenario>\n"
+    server = bridge["sip"]
+    ended_before = len(server.ended)
+    capture = Capture(tmp_path / "loopback.pcap")
+    try:
+        code, output = run_sipp(
+            scenario, tmp_path, bridge["sip_address"], "-mi", "127.0.0.1", "-mp", str(media_port)
+        )
+    finally:
+        capture.stop()
+    assert code == 0, output
+    call = _wait_ended(server, ended_before + 1)
+    assert call.end_reason == "caller hung up"
+    assert (call.rtp.answer.codec, call.rtp.answer.payload_type) == ("PCMA", 8)
+    turns = [t for t in call.bridge.traces if t.transcript]
+    assert turns, f"no turn was transcribed: {call.bridge.events}"
+    assert jiwer.wer("go forward ten meters", _words(turns[0].transcript)) <= 0.25
+    assert turns[0].first_audio_out_ns, "the bot did not reply"
+    rows = capture.rtp_from(call.rtp.local_port)
+    assert len(rows) >= 25, "under 0.5 s of reply RTP on the wire"
+    # The reply went where the ACK's answer said, in the codec it chose.
+    assert {(dst, port) for _, dst, port, _, _ in rows} == {("127.0.0.1", media_port)}
+    assert payload_types(capture, call.rtp.local_port) == {8}
+    assert call.bridge.closed and call.bridge.session_id not in bridge["pipeline"].router.sessions
 
 
 @pytest.mark.skipif(missing(BARESIP) is not None, reason=str(missing(BARESIP)))
@@ -216,6 +287,7 @@ def test_audiosocket_client_runs_a_clip_through_the_bridge(bridge, clips_dir):
     ended = server.ended[-1]
     assert ended.closed and not server.bridges
     assert [e.detail for e in ended.events if e.kind == "dtmf"] == ["7"]
+    assert [t.dtmf for t in ended.traces if t.dtmf] == ["7"]  # in one trace row, once
     turns = [t for t in ended.traces if t.transcript] or [
         t
         for t in bridge["pipeline"]

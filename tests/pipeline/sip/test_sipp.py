@@ -1,6 +1,6 @@
 """SIPp against the bridge (fake pipeline, no models): OPTIONS, CANCEL before answer,
 malformed requests and garbage datagrams, methods we do not do, a source outside the
-allowlist. All on 127.0.0.1."""
+allowlist, a late offer whose ACK brings no answer we can take. All on 127.0.0.1."""
 
 import pytest
 
@@ -8,10 +8,15 @@ from pipeline.sip.config import SipConfig
 from pipeline.sip.server import SipServer
 from tests.pipeline.sip.fake import FakePipeline
 from tests.pipeline.sip.peers import (
+    ANSWER_BYE,
     INVITE,
+    INVITE_NO_SDP,
+    LATE_OFFER_200,
     SCENARIO_HEAD,
     SIPP,
     LoopThread,
+    answer_sdp,
+    in_dialog,
     missing,
     run_sipp,
 )
@@ -140,3 +145,31 @@ def test_source_outside_allowlist_is_forbidden(servers, tmp_path):
     )
     assert code == 0, output
     assert not server.calls
+
+
+@pytest.mark.parametrize(
+    ("sdp", "why"),
+    [
+        ("", "the ACK carries no SDP answer"),
+        (answer_sdp(18), "no common codec"),  # G.729 only: not a codec we offered
+    ],
+    ids=["no-answer", "no-common-codec"],
+)
+def test_late_offer_without_a_usable_answer_in_the_ack_ends_with_bye(servers, tmp_path, sdp, why):
+    server, address = servers["open"]
+    ended_before = len(server.ended)
+    steps = [
+        INVITE_NO_SDP,
+        '  <recv response="100" optional="true"/>\n',
+        '  <recv response="180" optional="true"/>\n',
+        LATE_OFFER_200,
+        in_dialog("ACK", 1, sdp),
+        ANSWER_BYE,  # the bridge hangs up at once
+    ]
+    code, output = run_sipp(scenario("late", *steps), tmp_path, address, "-mi", "127.0.0.1")
+    assert code == 0, output
+    assert len(server.ended) == ended_before + 1 and not server.calls
+    call = server.ended[-1]
+    assert call.end_reason.startswith("bot hung up: no usable SDP answer in the ACK"), call
+    assert why in call.end_reason
+    assert call.bridge is None and not server.host.sessions  # media never started
