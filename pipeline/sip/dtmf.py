@@ -62,10 +62,11 @@ class TraceDigits:
     """Puts a call's key presses into its session's trace rows.
 
     A digit goes with the turn in progress: the newest turn whose row is not written yet,
-    unless the ASR ended it without words (no reply will ever write it). Pressed between
-    turns, it waits and goes with the next turn. When the call ends, the digits no row
-    carries (still waiting, or in a turn the hang-up cut short, which is never written)
-    go into one last row of their own, numbered as the next turn would have been.
+    passing over turns the ASR ended without words (no reply will ever write them).
+    Pressed between turns, it waits and goes with the next turn. When the call ends, the
+    digits no row carries (still waiting, or in a turn the hang-up cut short, which is
+    never written) go into one last row of their own, numbered as the next turn would
+    have been.
     """
 
     def __init__(self, session: Session) -> None:
@@ -104,9 +105,10 @@ class TraceDigits:
         return trace
 
     def _in_progress(self) -> TurnTrace | None:
-        if not self.session.turns:
-            return None
-        trace = self.session.turns[max(self.session.turns)]
-        if Stamp.ASR_FINAL in trace.stamps and not trace.transcript:
-            return None  # the ASR heard no words: this turn gets no reply, so no row
-        return trace
+        for turn_id in sorted(self.session.turns, reverse=True):
+            trace = self.session.turns[turn_id]
+            # A turn the ASR ended without words gets no reply, so never a row: pass it
+            # (a cough during a reply leaves one above the reply's turn).
+            if trace.transcript or Stamp.ASR_FINAL not in trace.stamps:
+                return trace
+        return None

@@ -93,6 +93,26 @@ def test_a_turn_without_words_does_not_swallow_a_digit():
     assert [(r["turn"], r["dtmf"]) for r in rows] == [(1, "7")]
 
 
+def test_a_cough_during_a_reply_leaves_the_digit_to_the_reply_turn():
+    async def main():
+        pipeline, server, caller, call, session = await _call()
+        _stamp(session, 0, Stamp.SPEECH_START)
+        _stamp(session, 0, Stamp.ASR_FINAL)
+        _stamp(session, 0, Stamp.TRANSCRIPT, "read me the menu")
+        _stamp(session, 1, Stamp.SPEECH_START)  # a cough over the reply: no words
+        _stamp(session, 1, Stamp.ASR_FINAL)
+        _stamp(session, 1, Stamp.TRANSCRIPT, "")
+        await _press(caller, "9")
+        _turn_ends(session, 0)
+        assert (await caller.hangup()).status == 200
+        caller.close()
+        server.stop()
+        return pipeline.rows
+
+    rows = run(main())
+    assert [(r["turn"], r["dtmf"]) for r in rows] == [(0, "9")]
+
+
 def test_the_hang_up_digit_cuts_a_turn_short_and_still_reaches_the_trace():
     async def main():
         pipeline, server, caller, call, session = await _call()
