@@ -83,10 +83,13 @@ class ASRStream:
         model: WhisperModel,
         vad_model: SileroVADModel,
         budget: DecodeBudget | None = None,
+        before_decode: Callable[[], None] | None = None,
     ) -> None:
         """`budget`: shared by every stream of one process (asr/budget.py); by default
-        this stream has its own."""
+        this stream has its own. `before_decode`: called as each Whisper decode starts
+        (the worker sends the events it holds then, so a decode never delays them)."""
         self.config = config
+        self._before_decode = before_decode
         self._budget = budget or DecodeBudget(config.partial_cpu_share)
         self._decoder = WhisperDecoder(model, config)
         self._vad = StreamingVAD(vad_model)
@@ -254,6 +257,8 @@ class ASRStream:
 
     def _decode(self, utterance: _Utterance, until: int) -> _Decoded:
         start = max(utterance.audio_start, until - WHISPER_MAX_SAMPLES)
+        if self._before_decode is not None:
+            self._before_decode()
         started_ns = time.perf_counter_ns()
         transcript = self._decoder.decode(self._audio.read(start, until))
         self._budget.record(started_ns, time.perf_counter_ns())

@@ -1,0 +1,79 @@
+"""The ASR stage handler: what a decode finds travels with what its backlog finds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asr.events import Partial
+from asr.worker import ASRHandler
+from ipc.records import AUDIO_FORMAT, Record, RecordKind, SampleFormat
+from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence, trim
+
+FRAME = SAMPLE_RATE // 50  # 20 ms, as the pipeline's sources send it
+FRAME_NS = 20_000_000
+
+
+class RecordingSender:
+    """Records what the handler sends, and in which input batch (`batch` is set by the
+    test between batches, as the stage loop calls `step` between them)."""
+
+    def __init__(self) -> None:
+        self.batch = 0
+        self.sent: list[tuple[int, RecordKind]] = []
+
+    def send(self, kind: RecordKind, *parts: bytes, **_: Any) -> bool:
+        self.sent.append((self.batch, kind))
+        return True
+
+
+class NoEvents:
+    def stamp(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def error(self, *args: Any) -> None:
+        raise AssertionError(f"stage error: {args}")
+
+
+def _audio_record(samples: np.ndarray, arrival_ns: int) -> Record:
+    payload = AUDIO_FORMAT.pack(SAMPLE_RATE, 1, SampleFormat.FLOAT32) + samples.tobytes()
+    return Record(RecordKind.AUDIO_IN, 0, 1, 0, arrival_ns, 0, payload)
+
+
+def test_a_decodes_partial_leaves_with_the_speculative_end_its_backlog_holds(
+    clips: Path,
+) -> None:
+    out = RecordingSender()
+    handler = ASRHandler({"partial_interval_ms": 0}, out, NoEvents())  # type: ignore[arg-type]
+    audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(1.0)])
+    records = [
+        _audio_record(audio[i : i + FRAME], (i // FRAME + 1) * FRAME_NS)
+        for i in range(0, len(audio) - FRAME + 1, FRAME)
+    ]
+    # As a live stage sees it: frames one by one until the pause decode runs; during
+    # that decode ~its length of audio queues up, and the next batch reads all of it.
+    index = 0
+    while not any(isinstance(event, Partial) for _, event in handler.held):
+        assert index < len(records), "no pause decode"
+        handler.handle(records[index])
+        index += 1
+        if not any(isinstance(event, Partial) for _, event in handler.held):
+            handler.step()
+            out.batch += 1
+    assert RecordKind.PARTIAL not in [kind for _, kind in out.sent]
+    backlog = 12  # ~240 ms of audio: one end-of-turn decode's worth on this machine
+    for record in records[index : index + backlog]:
+        handler.handle(record)
+    handler.step()
+    kinds = [kind for batch, kind in out.sent if batch == out.batch]
+    assert kinds == [RecordKind.PARTIAL, RecordKind.SPECULATIVE_END], kinds
+    # Later events still leave with the batch that found them (nothing waits longer).
+    out.batch += 1
+    for record in records[index + backlog :]:
+        handler.handle(record)
+        handler.step()
+        out.batch += 1
+    assert RecordKind.FINAL in [kind for _, kind in out.sent]
+    assert not handler.held
