@@ -73,6 +73,13 @@ def _narrow(weight: torch.Tensor, dtype: torch.dtype) -> Weight:
     return Int8Weight.quantize(weight) if dtype == torch.int8 else weight.to(dtype)
 
 
+@dataclass(frozen=True, slots=True)
+class WeightSet:
+    max_tokens: int  # serves forwards of at most this many new tokens (B * T)
+    layers: list[LayerWeights]
+    lm_head: Weight  # (V, D)
+
+
 class LlamaModel:
     """Weights plus a stateless forward; the KV cache is passed in by the runner.
 
@@ -115,30 +122,39 @@ class LlamaModel:
                 w_down=load(p + "ffn_down.weight"),
             )
             self.layers.append(layer)
-        self.decode_layers = self.layers
-        self.decode_lm_head: Weight = self.lm_head
-        self.decode_max_tokens = DECODE_MAX_TOKENS
+        # Narrower copies of the matmul weights, each for forwards of at most its
+        # `max_tokens` (B * T); bigger forwards use `layers`.
+        self.narrow_sets: list[WeightSet] = []
         if decode_dtype is not None and decode_dtype != dtype:
-            self.decode_layers = [
-                LayerWeights(
-                    attn_norm=layer.attn_norm,
-                    wqkv=_narrow(layer.wqkv, decode_dtype),  # type: ignore[arg-type]
-                    wo=_narrow(layer.wo, decode_dtype),  # type: ignore[arg-type]
-                    ffn_norm=layer.ffn_norm,
-                    w_gate_up=_narrow(layer.w_gate_up, decode_dtype),  # type: ignore[arg-type]
-                    w_down=_narrow(layer.w_down, decode_dtype),  # type: ignore[arg-type]
-                )
-                for layer in self.layers
-            ]
-            self.decode_lm_head = _narrow(self.lm_head, decode_dtype)
-            if decode_dtype == torch.int8:
-                self.decode_max_tokens = INT8_DECODE_MAX_TOKENS
+            limit = INT8_DECODE_MAX_TOKENS if decode_dtype == torch.int8 else DECODE_MAX_TOKENS
+            self.narrow_sets.append(self._narrowed(decode_dtype, limit))
         half = hparams.head_dim // 2
         inv_freq = hparams.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
         angles = torch.outer(torch.arange(hparams.max_positions, dtype=torch.float64), inv_freq)
         # (max_positions, Dh/2), computed in float64 once so long positions stay exact.
         self.rope_cos = angles.cos().to(device=device, dtype=dtype)
         self.rope_sin = angles.sin().to(device=device, dtype=dtype)
+
+    def _narrowed(self, dtype: torch.dtype, max_tokens: int) -> WeightSet:
+        layers = [
+            LayerWeights(
+                attn_norm=layer.attn_norm,
+                wqkv=_narrow(layer.wqkv, dtype),  # type: ignore[arg-type]
+                wo=_narrow(layer.wo, dtype),  # type: ignore[arg-type]
+                ffn_norm=layer.ffn_norm,
+                w_gate_up=_narrow(layer.w_gate_up, dtype),  # type: ignore[arg-type]
+                w_down=_narrow(layer.w_down, dtype),  # type: ignore[arg-type]
+            )
+            for layer in self.layers
+        ]
+        return WeightSet(max_tokens, layers, _narrow(self.lm_head, dtype))  # type: ignore[arg-type]
+
+    def weights_for(self, num_tokens: int) -> tuple[list[LayerWeights], Weight]:
+        """(layers, lm_head) for a forward of `num_tokens` new tokens (B * T)."""
+        for weights in self.narrow_sets:
+            if num_tokens <= weights.max_tokens:
+                return weights.layers, weights.lm_head
+        return self.layers, self.lm_head
 
     def forward(
         self,
@@ -165,9 +181,7 @@ class LlamaModel:
         cos = self.rope_cos[positions].unsqueeze(2)  # (B, T, 1, Dh/2)
         sin = self.rope_sin[positions].unsqueeze(2)
         x = self.embed[input_ids]  # (B, T, D)
-        decode = batch * new_tokens <= self.decode_max_tokens
-        layers = self.decode_layers if decode else self.layers
-        lm_head = self.decode_lm_head if decode else self.lm_head
+        layers, lm_head = self.weights_for(batch * new_tokens)
         for index, layer in enumerate(layers):
             h = F.rms_norm(x, (hp.dim,), layer.attn_norm, hp.rms_eps)
             qkv = _linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)

@@ -29,8 +29,8 @@ def test_int8_engine_answers_and_covers_a_prompt_tail(model_path: Path) -> None:
                        kv_cache_tokens=2048, max_context_tokens=512)  # fmt: skip
     engine = LLMEngine(config)
     model = engine.runner.model
-    assert isinstance(model.decode_layers[0].wqkv, Int8Weight)
-    assert model.decode_max_tokens == INT8_DECODE_MAX_TOKENS
+    assert isinstance(model.weights_for(INT8_DECODE_MAX_TOKENS)[0][0].wqkv, Int8Weight)
+    assert model.weights_for(INT8_DECODE_MAX_TOKENS + 1)[0] is model.layers
     engine.add_request(1, engine.dialogue_prompt_ids([], "What is the capital of France?"),
                        max_new_tokens=10)  # fmt: skip
     text = ""
