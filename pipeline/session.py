@@ -37,6 +37,12 @@ _SPECULATIVE_STAMPS = (
     Stamp.TTS_FIRST_AUDIO,
 )
 
+# Stamped by the TTS for one attempt at a reply. Stamps travel on another ring than the
+# audio, so one of a retracted attempt can arrive after the RESUME that dropped it; it
+# was stamped before the TTS passed that RESUME on (one thread does both), and the
+# successor's after.
+_TTS_ATTEMPT_STAMPS = frozenset({Stamp.FRAGMENT, Stamp.TTS_FIRST_AUDIO})
+
 
 class Sink(Protocol):
     """Where one session's output goes. `on_text` kinds: "speech.started",
@@ -81,6 +87,7 @@ class Session:
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
         self.gate = CommitGate()
+        self._retracted_ns: dict[int, int] = {}  # turn -> its last RESUME left the TTS
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.COMMIT: self._on_commit,
             RecordKind.RESUME: self._on_resume,
@@ -122,6 +129,7 @@ class Session:
 
     def _on_resume(self, record: Record) -> None:
         self.gate.retract(record.turn_id)
+        self._retracted_ns[record.turn_id] = record.stamp_ns
         self.playbacks.pop(record.turn_id, None)  # its fragments were never played
         trace = self.turns.get(record.turn_id)
         if trace is not None:
@@ -212,6 +220,7 @@ class Session:
 
     def _end(self, turn_id: int) -> None:
         self.gate.forget(turn_id)
+        self._retracted_ns.pop(turn_id, None)
         self._ended.add(turn_id)
         if len(self._ended) > MAX_ENDED_TURNS:
             self._ended.discard(min(self._ended))
@@ -232,6 +241,10 @@ class Session:
         point, value = STAMP_BODY.unpack_from(record.payload)
         text = record.payload[STAMP_BODY.size :].decode("utf-8", errors="replace")
         stamp = Stamp(point)
+        if stamp in _TTS_ATTEMPT_STAMPS and record.stamp_ns <= self._retracted_ns.get(
+            record.turn_id, -1
+        ):
+            return  # a retracted attempt's: its audio was dropped unheard
         if stamp in _LIVE_TEXT:
             live = functools.partial(self.sink.on_text, record.turn_id, _LIVE_TEXT[stamp], text)
             if stamp == Stamp.REPLY_DELTA and not self.gate.admits(record.turn_id):

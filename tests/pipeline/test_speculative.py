@@ -7,10 +7,13 @@ import asyncio
 import numpy as np
 import pytest
 
+from ipc.records import STAMP_BODY, Record, RecordKind, Stamp
 from pipeline.audio_io import Clip, read_clip
 from pipeline.commit_gate import CommitGate
 from pipeline.config import PipelineConfig
 from pipeline.run import Pipeline
+from pipeline.session import Session
+from pipeline.trace import TraceSink
 from tests.asr.clipdata import voiced_span
 
 
@@ -63,3 +66,38 @@ def test_pause_between_phrases_retracts_the_speculative_reply(clips_dir) -> None
     assert row["asr_final_ns"] < row["first_audio_out_ns"]
     assert row["speech_end_ns"] < row["llm_start_ns"]
     assert len(result.audio) > 0 and row["reply_text"]
+
+
+class _Quiet:
+    def on_audio(self, turn_id, pcm16, sample_rate):
+        pass
+
+    def on_text(self, turn_id, kind, text):
+        pass
+
+    def on_error(self, turn_id, message):
+        pass
+
+    def on_turn_done(self, trace):
+        pass
+
+
+def _stamp(point: Stamp, text: str, at_ns: int, value: int = 0) -> Record:
+    return Record(
+        RecordKind.STAMP, 0, 1, 0, at_ns, 0, STAMP_BODY.pack(point, value) + text.encode()
+    )
+
+
+def test_tts_stamps_of_a_retracted_attempt_that_arrive_late_are_dropped() -> None:
+    """Stamps and audio travel on different rings: a FRAGMENT the TTS stamped before it
+    passed the RESUME on can reach the session after it. It must not be taken for a
+    fragment of the next attempt (it would shift what a barge-in says was heard)."""
+    session = Session(1, _Quiet(), TraceSink(None), "file", "streaming")
+    session.deliver(Record(RecordKind.RESUME, 0, 1, 0, 1_000, 0, b""))
+    session.deliver(_stamp(Stamp.TTS_FIRST_AUDIO, "", 900))
+    session.deliver(_stamp(Stamp.FRAGMENT, "The retracted one,", 950, value=4410))
+    assert 0 not in session.playbacks and Stamp.TTS_FIRST_AUDIO not in session.trace(0).stamps
+    session.deliver(_stamp(Stamp.TTS_FIRST_AUDIO, "", 1_100))
+    session.deliver(_stamp(Stamp.FRAGMENT, "The committed one.", 1_200, value=6615))
+    assert session.playbacks[0].fragments == [("The committed one.", 6615)]
+    assert session.trace(0).stamps[Stamp.TTS_FIRST_AUDIO] == 1_100
