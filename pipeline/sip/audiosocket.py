@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from pipeline.sip.bridge import CallBridge, SessionHost
 from pipeline.sip.config import SipConfig
-from pipeline.sip.playout import Pacer, raise_thread_priority
+from pipeline.sip.playout import PacedPort, Pacer, raise_thread_priority
 
 log = logging.getLogger("voxrelay.audiosocket")
 FRAME_HEADER = struct.Struct("!BH")
@@ -46,7 +46,7 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return kind, await reader.readexactly(length)
 
 
-class AudioSocketPort:
+class AudioSocketPort(PacedPort):
     """One AudioSocket connection as a media port."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
@@ -58,15 +58,6 @@ class AudioSocketPort:
     def _send_frame(self, pcm16: bytes, tick: int, first: bool) -> None:
         if not self._writer.is_closing():
             self._writer.write(frame(Kind.AUDIO, pcm16))
-
-    def play(self, pcm16: bytes) -> None:
-        self.pacer.play(pcm16)
-
-    def flush(self) -> None:
-        self.pacer.flush()
-
-    def clear(self) -> None:
-        self.pacer.clear()
 
     def hangup(self, reason: str, after_playback: bool) -> None:
         if after_playback and self.pacer.queued_ms > 0:

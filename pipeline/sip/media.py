@@ -19,7 +19,7 @@ from typing import cast
 from pipeline.sip import g711
 from pipeline.sip.bridge import CallBridge
 from pipeline.sip.dtmf import DtmfReceiver
-from pipeline.sip.playout import FRAME_BYTES, FRAME_SAMPLES, Pacer
+from pipeline.sip.playout import FRAME_BYTES, FRAME_SAMPLES, PacedPort, Pacer
 from pipeline.sip.rtp import JitterBuffer, RtpPacket, parse_packet
 from pipeline.sip.sdp import STATIC_PAYLOADS, Answer
 
@@ -28,7 +28,7 @@ Address = tuple[str, int]
 _LOST_FRAME = bytes(FRAME_BYTES)  # a packet declared lost plays as 20 ms of silence
 
 
-class RtpPort(asyncio.DatagramProtocol):
+class RtpPort(PacedPort, asyncio.DatagramProtocol):
     def __init__(
         self, answer: Answer, peer: Address, jitter_packets: int, signalling_ip: str
     ) -> None:
@@ -139,16 +139,7 @@ class RtpPort(asyncio.DatagramProtocol):
         self._transport.sendto(packet.to_bytes(), self.peer)
         self.packets_out += 1
 
-    # MediaPort.
-
-    def play(self, pcm16: bytes) -> None:
-        self.pacer.play(pcm16)
-
-    def flush(self) -> None:
-        self.pacer.flush()
-
-    def clear(self) -> None:
-        self.pacer.clear()
+    # MediaPort (play, flush and clear come from PacedPort).
 
     def hangup(self, reason: str, after_playback: bool) -> None:
         self.on_hangup(reason, after_playback)

@@ -135,3 +135,19 @@ def raise_thread_priority(nice: int) -> bool:
                     "RTP pacing may jitter while the stages are busy", nice)  # fmt: skip
         return False
     return True
+
+
+class PacedPort:
+    """The playout half of a media port (`pipeline.sip.bridge.MediaPort`): everything
+    goes through the port's `pacer`, which sends one frame per 20 ms tick."""
+
+    pacer: Pacer
+
+    def play(self, pcm16: bytes) -> None:
+        self.pacer.play(pcm16)
+
+    def flush(self) -> None:
+        self.pacer.flush()
+
+    def clear(self) -> None:
+        self.pacer.clear()
