@@ -8,7 +8,6 @@ from typing import Any
 
 from llm.backend import LLMBackend
 from llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
-from llm.engine import LLMEngine
 from pipeline.models import asset_path
 
 
@@ -57,16 +56,6 @@ class Dialogue:
         for user, assistant in self.exchanges:
             out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         return out
-
-    def prompt_ids(self, engine: LLMEngine, config: LLMConfig, user_text: str) -> list[int]:
-        budget = config.max_context_tokens - config.max_new_tokens
-        while True:
-            ids = engine.tokenizer.dialogue_prompt_ids(
-                self.system_prompt or config.system_prompt, self.messages(), user_text
-            )
-            if len(ids) <= budget or not self.exchanges:
-                return ids[-budget:]
-            self.exchanges.pop(0)  # drop the oldest exchange first
 
     def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
         """The ChatML prompt for a new user turn, fitted to leave room for a full reply:

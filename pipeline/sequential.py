@@ -19,6 +19,7 @@ from asr.stream import ASRStream, load_asr
 from ipc.records import Stamp
 from llm.dialogue import Dialogue, llm_config
 from llm.engine import LLMEngine
+from llm.native_backend import NativeBackend
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.models import asset_path
@@ -42,6 +43,8 @@ class SequentialPipeline:
         self.whisper, self.vad = load_asr(self.asr_config)
         self.llm_config = llm_config(llm or {})
         self.engine = LLMEngine(self.llm_config)
+        # Prompts are fitted to the context as the stage fits them (Dialogue.prompt_text).
+        self.backend = NativeBackend(self.llm_config, self.engine)
         tts_settings = {"voice_dir": asset_path("joe"), **(tts or {})}
         self.voice = Voice(TTSConfig(**tts_settings))
         self._request_ids = 0
@@ -89,7 +92,8 @@ class SequentialPipeline:
         trace.mark(Stamp.ASR_FINAL, time.perf_counter_ns())
         trace.transcript = final.text
         trace.asr_decode_ms = final.decode_ms
-        ids = dialogue.prompt_ids(self.engine, self.llm_config, final.text)
+        prompt = dialogue.prompt_text(self.backend, self.llm_config, final.text)
+        ids = self.engine.tokenizer.encode(prompt)
         trace.prefill_tokens = len(ids)
         self._request_ids += 1
         self.engine.add_request(self._request_ids, ids)
