@@ -73,7 +73,9 @@ def summarize(rows: list[dict[str, Any]]) -> Summary:
     ttfa = [float(r["ttfa_ms"]) for r in rows if r.get("ttfa_ms") is not None]
     percentiles = {p: float(np.percentile(ttfa, p)) for p in PERCENTILES} if ttfa else {}
     return Summary(
-        turns=len(rows),
+        # A call's last key presses get a row of their own with no speech in it
+        # (docs/traces.md, "Key presses"): not an utterance.
+        turns=sum(1 for r in rows if r.get("speech_start_ns") or r.get("error")),
         ttfa_ms=ttfa,
         percentiles=percentiles,
         failed=sum(1 for r in rows if r.get("error")),

@@ -115,3 +115,13 @@ def test_a_file_that_is_not_traces_is_a_clear_error(tmp_path):
     )
     assert done.returncode == 2
     assert "bad.jsonl:2: not a JSON line" in done.stderr
+
+
+def test_a_calls_key_press_row_is_not_counted_as_an_utterance() -> None:
+    rows = load_rows(FIXTURE)
+    keys_only = {key: None for key in rows[0]}
+    keys_only.update(session=1, turn=len(rows), transcript="", dtmf="#",
+                     dtmf_first_ns=rows[-1]["speech_end_ns"])  # fmt: skip
+    summary = summarize([*rows, keys_only])
+    assert summary.turns == len(rows) == summarize(rows).turns
+    assert summary.ttfa_ms == summarize(rows).ttfa_ms
