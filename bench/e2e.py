@@ -125,6 +125,16 @@ def run() -> dict[str, float]:
         results[f"e2e.ttfa_ms.p95.{mode}"] = round(float(np.percentile(ttfa, 95)), 1)
     for key in STAGE_FIELDS:
         results[f"e2e.{key}.p50.streaming"] = _median(streaming, key)
+    # SpeculativeEnd sent by the ASR -> reply started by the LLM: what the LLM was still
+    # busy with when the turn ended (docs/asr.md, "sends a batch's events together").
+    waits = [
+        (r["llm_start_ns"] - r["speculative_end_ns"]) / 1e6
+        for r in streaming
+        if r.get("llm_start_ns") and r.get("speculative_end_ns")
+    ]
+    results["e2e.reply_start_wait_ms.p50.streaming"] = (
+        round(float(np.median(waits)), 1) if waits else float("nan")
+    )
     results["e2e.barge_in_ms.p50"] = (
         round(float(np.median(barge_ins)), 1) if barge_ins else float("nan")
     )
@@ -155,6 +165,10 @@ def table(results: dict[str, float]) -> str:
     lines.append(
         f"barge-in, user's speech start -> reply cleared at the sink: "
         f"{results['e2e.barge_in_ms.p50']} ms (p50 of {results['e2e.barge_in.measured']:.0f})"
+    )
+    lines.append(
+        "SpeculativeEnd -> LLM reply start, p50: "
+        f"{results['e2e.reply_start_wait_ms.p50.streaming']} ms"
     )
     lines.append(
         "streaming per-stage medians: "

@@ -19,6 +19,10 @@ ROWS: tuple[tuple[str, str], ...] = (
         "streaming: end of speech -> SpeculativeEnd (reply starts), p50 (ms)",
         "e2e.speculative_ms.p50.streaming",
     ),
+    (
+        "streaming: SpeculativeEnd -> LLM reply start, p50 (ms)",
+        "e2e.reply_start_wait_ms.p50.streaming",
+    ),
     ("streaming: reply start -> LLM first token, p50 (ms)", "e2e.llm_ttft_ms.p50.streaming"),
     ("streaming: first token -> TTS first audio, p50 (ms)", "e2e.tts_first_audio_ms.p50.streaming"),
     ("barge-in: user's speech start -> reply cleared at the sink, p50 (ms)", "e2e.barge_in_ms.p50"),
