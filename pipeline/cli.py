@@ -72,7 +72,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     trace = Path(args.trace) if args.trace else None
     pipeline_config = PipelineConfig(
-        transport=args.transport, barge_in_min_words=args.barge_in_min_words
+        transport=args.transport,
+        barge_in_min_words=args.barge_in_min_words,
+        warm_standby=args.warm_standby,
     )
     asyncio.run(serve_forever(config, pipeline_config, trace))
     return 0
@@ -87,7 +89,7 @@ def _cmd_sip(args: argparse.Namespace) -> int:
         args.listen, DEFAULT_PORT, args.allow, args.max_calls, args.dtmf, args.transfer_to
     )
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(serve_sip(config, PipelineConfig(), trace))
+    asyncio.run(serve_sip(config, PipelineConfig(warm_standby=args.warm_standby), trace))
     return 0
 
 
@@ -105,7 +107,9 @@ def _cmd_audiosocket(args: argparse.Namespace) -> int:
         args.transfer_to,
     )
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(serve_audiosocket(config, listen, PipelineConfig(), trace))
+    asyncio.run(
+        serve_audiosocket(config, listen, PipelineConfig(warm_standby=args.warm_standby), trace)
+    )
     return 0
 
 
@@ -136,7 +140,7 @@ def _cmd_mic(args: argparse.Namespace) -> int:
         full_duplex=args.full_duplex,
     )
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(run_mic(config, PipelineConfig(), trace))
+    asyncio.run(run_mic(config, PipelineConfig(warm_standby=args.warm_standby), trace))
     return 0
 
 
@@ -149,6 +153,17 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
         text = transcribe_file(Path(path), config)
         print(json.dumps({"file": path, "text": text}) if args.json else f"{path}: {text}")
     return 0
+
+
+def _add_standby_flag(parser: argparse.ArgumentParser) -> None:
+    # Long-running commands keep a spare process per stage: a crash costs the turn in
+    # flight and ~0.3 s, not a cold start (docs/pipeline.md, Recovery).
+    parser.add_argument(
+        "--warm-standby",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep a loaded spare process per stage for fast recovery (one model copy each)",
+    )
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -219,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="speech over a reply cuts it only once the ASR has heard N words (0: at once)",
     )
+    _add_standby_flag(serve)
     serve.set_defaults(func=_cmd_serve)
 
     llm_serve = sub.add_parser(
@@ -245,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the microphone open during replies (headset; speech interrupts the reply)",
     )
     mic.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+    _add_standby_flag(mic)
     mic.set_defaults(func=_cmd_mic)
 
     for name, default, what in (
@@ -270,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         phone.add_argument("--transfer-to", metavar="URI", help="REFER target of 'transfer'")
         phone.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+        _add_standby_flag(phone)
         phone.set_defaults(func=_cmd_sip if name == "sip" else _cmd_audiosocket)
 
     models = sub.add_parser("models", help="provision or list the bundled models")

@@ -32,6 +32,12 @@ class PipelineConfig:
     # > 0: the speech must also reach this many words in an ASR partial (or the final
     # transcript) before it cuts the reply, so a "mhm" or a cough does not (0 = off).
     barge_in_min_words: int = 0
+    # One spare process per stage, models loaded, blocked until a stage dies: recovery
+    # in milliseconds instead of a cold start (seconds). Costs one model copy per stage.
+    warm_standby: bool = False
+    # Standbys load at this nice increment so their model load does not slow live turns;
+    # applied only where a promoted standby may return to normal priority (pipeline/standby.py).
+    standby_nice: int = 19
     asr: dict[str, Any] = field(default_factory=dict)
     llm: dict[str, Any] = field(default_factory=dict)
     tts: dict[str, Any] = field(default_factory=dict)
@@ -47,6 +53,8 @@ class PipelineConfig:
             raise ValueError("timeouts must be positive")
         if self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0")
+        if not 0 <= self.standby_nice <= 19:
+            raise ValueError(f"standby_nice must be in 0..19, got {self.standby_nice}")
         if not 0 <= self.barge_in_min_words <= 20:
             raise ValueError(
                 f"barge_in_min_words must be in 0..20 (0 = off), got {self.barge_in_min_words}"

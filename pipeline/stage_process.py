@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -37,6 +39,33 @@ class StageProcess:
         for spec in self.specs.values():
             owned.extend(spec.inheritable_fds())
         return tuple(owned)
+
+    def popen(
+        self, log_path: str, extra_args: tuple[str, ...] = (), extra_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """`python -m pipeline.worker` for this stage, its stderr appended to `log_path`
+        (a standby writes to its stage's log: it becomes that stage)."""
+        specs = {k: v.encode() for k, v in self.specs.items()}
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipeline.worker",
+            self.name,
+            *(f"--{k}={v}" for k, v in specs.items()),
+            f"--status={self.status.fd}",
+            f"--parent={os.getpid()}",
+            f"--config={json.dumps(self.stage_config)}",
+            *extra_args,
+        ]
+        with open(log_path, "ab") as err:
+            self.stderr_path = err.name
+            return subprocess.Popen(
+                cmd,
+                pass_fds=self.fds() + extra_fds,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+            )
 
     def log_tail(self, lines: int = 5) -> str:
         try:

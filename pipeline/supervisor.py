@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -30,6 +27,7 @@ from ipc.ring import Consumer, Producer, RingCorrupt, dropped_records
 from pipeline.config import PipelineConfig
 from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE
 from pipeline.stage_process import StageLogs, StageProcess
+from pipeline.standby import StandbyPool
 from pipeline.status import StageStatus
 
 log = logging.getLogger("voxrelay.supervisor")
@@ -51,6 +49,7 @@ class Supervisor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stages: dict[str, StageProcess] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self._standbys: StandbyPool | None = None  # with config.warm_standby, once started
         self._closing = False
         self.on_restart: Callable[[str, str], None] = lambda stage, why: None
         self.logs = StageLogs()
@@ -96,29 +95,21 @@ class Supervisor:
             self._spawn(stage)
         await asyncio.gather(*(self._wait_ready(s) for s in self._stages.values()))
         self._watchdog = asyncio.create_task(self._watch_heartbeats())
+        if self.config.warm_standby:
+            # Only now: their model loads (niced) would otherwise slow the stages' own.
+            self._standbys = StandbyPool(self.config.standby_nice, self._loop)
+            for stage in self._stages.values():
+                self._standbys.spawn(stage, stage.stderr_path)
 
     def _spawn(self, stage: StageProcess) -> None:
         stage.status.reset()
-        specs = {k: v.encode() for k, v in stage.specs.items()}
-        cmd = [
-            sys.executable,
-            "-m",
-            "pipeline.worker",
-            stage.name,
-            *(f"--{k}={v}" for k, v in specs.items()),
-            f"--status={stage.status.fd}",
-            f"--parent={os.getpid()}",
-            f"--config={json.dumps(stage.stage_config)}",
-        ]
-        err = open(stage.stderr_path or self.logs.path(stage.name), "ab")  # noqa: SIM115
-        stage.stderr_path = err.name
-        stage.process = subprocess.Popen(
-            cmd, pass_fds=stage.fds(), stdin=subprocess.DEVNULL, stdout=err, stderr=err
-        )
-        err.close()
+        stage.process = stage.popen(stage.stderr_path or self.logs.path(stage.name))
+        self._watch(stage)
+
+    def _watch(self, stage: StageProcess) -> None:
+        assert self._loop is not None and stage.process is not None
         stage.started_ns = time.perf_counter_ns()
         stage.pidfd = os.pidfd_open(stage.process.pid)
-        assert self._loop is not None
         self._loop.add_reader(stage.pidfd, self._on_exit, stage)
 
     async def _wait_ready(self, stage: StageProcess) -> None:
@@ -195,7 +186,16 @@ class Supervisor:
             self.on_restart(stage.name, why + "; restart budget exhausted")
             return
         self.on_restart(stage.name, why)
-        self._spawn(stage)
+        stage.status.reset()  # before the standby hears b"G": it marks ready at once
+        promoted = self._standbys.promote(stage.name) if self._standbys else None
+        if promoted is None:
+            self._spawn(stage)
+        else:
+            stage.process = promoted
+            self._watch(stage)
+            log.warning("%s standby (pid %d) took over", stage.name, promoted.pid)
+        if self._standbys is not None:
+            self._standbys.spawn(stage, stage.stderr_path)  # for the next failure
 
     async def _watch_heartbeats(self) -> None:
         timeout_ns = int(self.config.heartbeat_timeout_s * 1e9)
@@ -227,6 +227,14 @@ class Supervisor:
 
     def is_ready(self, name: str) -> bool:
         return self._stages[name].status.ready_ns != 0
+
+    def standby_ready(self, name: str) -> bool:
+        """Whether `name` has a standby with its models loaded (warm_standby only)."""
+        return self._standbys is not None and self._standbys.is_ready(name)
+
+    def standby_pid(self, name: str) -> int | None:
+        standby = self._standbys.standbys.get(name) if self._standbys else None
+        return standby.process.pid if standby else None
 
     def ring_drops(self) -> dict[str, int]:
         """Records dropped by each shared-memory ring's producer because it was full."""
@@ -265,6 +273,8 @@ class Supervisor:
         self._closing = True
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self._standbys is not None:
+            await self._standbys.close()
         for stage in self._stages.values():
             if stage.process and stage.process.poll() is None:
                 try:

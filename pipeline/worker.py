@@ -29,6 +29,7 @@ import zmq
 
 from ipc.channel import ChannelSpec, Receiver, Sender, open_receiver, open_sender
 from ipc.records import CONTROL_BODY, STAMP_BODY, ControlOp, Record, RecordKind, Stamp
+from pipeline.standby import LateSender, lower_own_priority, wait_for_take_over
 from pipeline.status import StageStatus
 
 IDLE_POLL_MS = 100
@@ -239,29 +240,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", type=int, required=True)
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--config", default="{}")
+    parser.add_argument("--standby", type=int, default=-1, help="take-over socket fd")
+    parser.add_argument("--standby-nice", type=int, default=0)
     args = parser.parse_args(argv)
     _die_with_parent(args.parent)
-    # Into the stage's log file (its stderr); VOXRELAY_LOG_LEVEL=DEBUG shows, e.g., each
-    # LLM request's dialogue history.
+    standby = args.standby >= 0
+    base_nice = lower_own_priority(args.standby_nice if standby else 0)
+    # Into the stage's log file (its stderr, shared with its standby: hence the pid);
+    # VOXRELAY_LOG_LEVEL=DEBUG shows, e.g., each LLM request's dialogue history.
     logging.basicConfig(
         level=os.environ.get("VOXRELAY_LOG_LEVEL", "WARNING").upper(),
-        format=f"%(asctime)s {args.stage} %(name)s %(levelname)s %(message)s",
+        format=f"%(asctime)s {args.stage} %(process)d %(name)s %(levelname)s %(message)s",
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
-    status = StageStatus.attach(args.status)
-    events = Events(open_sender(ChannelSpec.parse(args.events)))
-    data_in = open_receiver(ChannelSpec.parse(args.input))
-    control = open_receiver(ChannelSpec.parse(args.control))
-    out = open_sender(ChannelSpec.parse(args.output))
+    out, events_out = LateSender(), LateSender()
+    events = Events(events_out)
+    if not standby:  # a load error goes out on the events ring
+        data_in, control, status = _attach(args, out, events_out)
     try:
         handler = _factories()[args.stage](json.loads(args.config), out, events)
     except Exception as exc:  # a model that fails to load: say why, exit non-zero
-        events.error(0, 0, f"{args.stage} stage failed to start: {exc}")
+        if not standby:
+            events.error(0, 0, f"{args.stage} stage failed to start: {exc}")
         traceback.print_exc()
         return 2
+    if standby:
+        if not wait_for_take_over(args.standby, base_nice):
+            return 0
+        data_in, control, status = _attach(args, out, events_out)
     status.mark_ready(time.perf_counter_ns())
     run_loop(handler, data_in, control, events, status, args.parent)
     return 0
+
+
+def _attach(
+    args: argparse.Namespace, out: LateSender, events_out: LateSender
+) -> tuple[Receiver, Receiver, StageStatus]:
+    """Open this stage's ends of its rings; each end resumes from the ring's control
+    block, wherever the stage's previous process left it."""
+    events_out.target = open_sender(ChannelSpec.parse(args.events))
+    out.target = open_sender(ChannelSpec.parse(args.output))
+    data_in = open_receiver(ChannelSpec.parse(args.input))
+    control = open_receiver(ChannelSpec.parse(args.control))
+    return data_in, control, StageStatus.attach(args.status)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,14 @@ def serve_process(clips_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def shared_pipeline(clips_dir):
     """One real Pipeline on a background loop for the reliability and soak modules, warmed
-    by one turn. Short replies: those tests are about turns, not decode speed."""
-    config = PipelineConfig(heartbeat_timeout_s=1.0, max_restarts=50, llm={"max_new_tokens": 16})
+    by one turn, with a warm standby per stage (as `voxrelay serve` runs). Short replies:
+    those tests are about turns, not decode speed."""
+    config = PipelineConfig(
+        heartbeat_timeout_s=1.0,
+        max_restarts=50,
+        warm_standby=True,
+        llm={"max_new_tokens": 16},
+    )
     thread = PipelineThread(config)
     warm = thread.call(thread.pipeline.run_clip(read_clip(clips_dir / "cards/005.wav")))
     assert not warm.errors, warm.errors

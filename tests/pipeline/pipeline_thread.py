@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -12,6 +13,7 @@ import psutil
 
 from pipeline.config import PipelineConfig
 from pipeline.run import Pipeline
+from pipeline.supervisor import STAGES, Supervisor
 
 
 class PipelineThread:
@@ -52,18 +54,30 @@ class PipelineThread:
         assert not self.thread.is_alive(), "the pipeline did not stop"
 
 
-def stage_children() -> dict[str, psutil.Process]:
-    """This process's stage processes by stage name (zombies included: they count)."""
-    found = {}
-    for child in psutil.Process().children():
-        try:
-            cmdline = child.cmdline()
-        except psutil.ZombieProcess:
-            found[f"zombie-{child.pid}"] = child
-            continue
-        if "pipeline.worker" in cmdline:
-            found[cmdline[cmdline.index("pipeline.worker") + 1]] = child
-    return found
+def stage_children(supervisor: Supervisor) -> dict[str, psutil.Process]:
+    """This process's stage processes by stage name, standbys as '<stage>-standby' (a
+    promoted standby keeps its command line, so the supervisor says which is which);
+    any other child (a stray, a zombie) counts under its pid."""
+    roles = {}
+    for stage in STAGES:
+        roles[supervisor.stage_pid(stage)] = stage
+        standby = supervisor.standby_pid(stage)
+        if standby is not None:
+            roles[standby] = f"{stage}-standby"
+    return {
+        roles.get(child.pid, f"other-{child.pid}"): child for child in psutil.Process().children()
+    }
+
+
+def wait_standbys(supervisor: Supervisor, timeout_s: float = 180.0) -> None:
+    """Until every stage has a loaded standby (warm_standby only). They load at nice 19,
+    so on the busy 2-core box this may take a while."""
+    if not supervisor.config.warm_standby:
+        return
+    deadline = time.monotonic() + timeout_s
+    while not all(supervisor.standby_ready(stage) for stage in STAGES):
+        assert time.monotonic() < deadline, "the standbys did not load"
+        time.sleep(0.05)
 
 
 def fd_census(pid: int | str = "self") -> tuple[int, int]:

@@ -27,9 +27,12 @@ class ServeProcess:
         self.log_path = workdir / "serve.log"
         log = self.log_path.open("wb")
         env = {**os.environ, "VOXRELAY_LOG_DIR": str(workdir / "stage-logs")}
+        # No standbys: these tests find stages by command line and bound the RSS of the
+        # server and all its children, which a standby still loading would inflate. The
+        # standby is tested through the Pipeline (test_reliability.py).
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "-v", "serve", "--port", "0", "--token", TOKEN]
-            + ["--trace", str(self.trace_path), *extra],
+            + ["--trace", str(self.trace_path), "--no-warm-standby", *extra],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=log,

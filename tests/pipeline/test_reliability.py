@@ -13,18 +13,29 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
-from ipc.records import RecordKind
+from ipc.records import RecordKind, Stamp
 from ipc.ring import Producer
 from pipeline.audio_io import read_clip
 from pipeline.ws import ServerConfig, VoiceServer
-from tests.pipeline.pipeline_thread import PipelineThread, fd_census, stage_children
+from tests.pipeline.pipeline_thread import (
+    PipelineThread,
+    fd_census,
+    stage_children,
+    wait_standbys,
+)
 
 pytestmark = pytest.mark.slow
 
-# Kill -> the stage answers again. Issue 8 asks for 2 s; a restart is a cold process
-# (interpreter, imports, model load): 4-6 s for ASR/TTS and 12 s for the LLM were measured
-# on the 2-core box under other jobs' load. Only a warm standby per stage would make 2 s.
-RECOVERY_S = 30.0
+# Fault -> the stage answers again. With a warm standby per stage (this module's pipeline,
+# and `voxrelay serve`'s default) recovery is a promotion, and issue 8 asks for 2 s.
+# Without one it is a cold process (interpreter, imports, model load): 4-6 s for ASR/TTS
+# and 12 s for the LLM were measured on the 2-core box under other jobs' load.
+RECOVERY_S = 2.0
+COLD_RECOVERY_S = 30.0
+# A standby loads at nice 19: on the busy 2-core box that takes a while.
+STANDBY_LOAD_S = 180.0
+# Strike once the victim is working on the turn: its stamp has reached the supervisor.
+BUSY_FROM = {"asr": Stamp.SPEECH_START, "llm": Stamp.LLM_START, "tts": Stamp.LLM_FIRST_TOKEN}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +44,10 @@ def running(shared_pipeline, clips_dir):
 
 
 def _census(thread: PipelineThread) -> dict:
-    children = stage_children()
+    wait_standbys(
+        thread.pipeline.supervisor, STANDBY_LOAD_S
+    )  # a loading standby's fds and threads are still changing
+    children = stage_children(thread.pipeline.supervisor)
     return {
         "stages": sorted(children),
         "fds": fd_census(),
@@ -47,7 +61,7 @@ def _wait_ready(thread: PipelineThread, stage: str, restarts: int, timeout_s: fl
     started = time.monotonic()
     while supervisor.restarts(stage) < restarts or not supervisor.is_ready(stage):
         assert time.monotonic() - started < timeout_s, f"{stage} did not come back"
-        time.sleep(0.01)
+        time.sleep(0.005)
     return time.monotonic() - started
 
 
@@ -59,35 +73,65 @@ def _turn_works(thread: PipelineThread, clip) -> dict:
     return row
 
 
-@pytest.mark.parametrize(
-    ("stage", "how"),
-    [("tts", "kill"), ("asr", "kill"), ("llm", "stop")],
-)
-def test_recovery_leaves_no_stray_process_or_fd_and_the_next_turn_works(running, stage, how):
+async def _strike_mid_turn(pipeline, clip, stage: str, signum: int) -> dict[str, float | str]:
+    """A turn streamed at real-time pace; once `stage` works on it, `signum` hits the
+    stage. Seconds from the strike until the session heard the turn fail and until the
+    stage was ready again, and the error."""
+    supervisor = pipeline.supervisor
+    restarts = supervisor.restarts(stage)
+    sink = _TurnSink()
+    session = pipeline.open_session(sink, "test")
+    feed = asyncio.create_task(pipeline.feed(session.session_id, clip.with_silence(1.0), True))
+    deadline = time.monotonic() + 60
+    while not any(BUSY_FROM[stage] in t.stamps for t in session.turns.values()):
+        assert time.monotonic() < deadline and not session.finished, "the turn never got there"
+        await asyncio.sleep(0.002)
+    os.kill(supervisor.stage_pid(stage), signum)
+    struck = time.monotonic()
+    while not sink.errors:
+        assert time.monotonic() - struck < 60, "the session was not told its turn failed"
+        await asyncio.sleep(0.002)
+    failed_s = time.monotonic() - struck
+    while supervisor.restarts(stage) <= restarts or not supervisor.is_ready(stage):
+        assert time.monotonic() - struck < COLD_RECOVERY_S + 5, f"{stage} did not come back"
+        await asyncio.sleep(0.002)
+    ready_s = time.monotonic() - struck
+    await feed
+    pipeline.close_session(session.session_id)
+    return {"failed_s": failed_s, "ready_s": ready_s, "error": sink.errors[0][1]}
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+@pytest.mark.parametrize("stage", ["asr", "llm", "tts"])
+def test_a_stage_lost_mid_turn_fails_that_turn_and_the_next_one_works(running, stage, how):
+    """Issue 8: the supervisor replaces the stage, the session gets an error for the turn
+    it was on, the next turn works, and nothing is left behind (no stray or zombie
+    process, the same fds, memfds and threads everywhere once the new standby loaded)."""
     thread, clip = running
     supervisor = thread.pipeline.supervisor
     before = _census(thread)
     victim = psutil.Process(supervisor.stage_pid(stage))
-    restarts = supervisor.restarts(stage)
-    victim.send_signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-    struck = time.monotonic()
-    recovered_s = _wait_ready(thread, stage, restarts + 1, timeout_s=30)
-    turn_started = time.monotonic()
+    standby = supervisor.standby_pid(stage)
+    signum = signal.SIGKILL if how == "kill" else signal.SIGSTOP
+    outcome = thread.call(_strike_mid_turn(thread.pipeline, clip, stage, signum))
     row = _turn_works(thread, clip)
-    turn_s = time.monotonic() - turn_started
+    recovered_s = outcome["ready_s"]
     print(
-        f"{how} {stage}: back in {recovered_s:.2f} s, next turn TTFA {row['ttfa_ms']:.0f} ms, "
-        f"whole turn {turn_s:.2f} s, {time.monotonic() - struck:.2f} s after the fault"
+        f"{how} {stage}: turn failed after {outcome['failed_s']:.3f} s, stage ready "
+        f"{recovered_s:.3f} s after the fault, next turn TTFA {row['ttfa_ms']:.0f} ms"
     )
-    assert not victim.is_running() or victim.status() != psutil.STATUS_ZOMBIE
+    error = str(outcome["error"])
+    assert stage in error
     with pytest.raises(psutil.NoSuchProcess):
         victim.status()  # reaped: gone, not a zombie
+    if standby is not None:
+        assert supervisor.stage_pid(stage) == standby, "the standby did not take over"
     after = _census(thread)
     assert after == before, (before, after)
-    if how == "kill":
-        assert recovered_s < RECOVERY_S, f"{stage} took {recovered_s:.2f} s to come back"
-    else:  # the heartbeat timeout comes first
-        assert recovered_s < supervisor.config.heartbeat_timeout_s + RECOVERY_S
+    limit = RECOVERY_S if supervisor.config.warm_standby else COLD_RECOVERY_S
+    if how == "stop":  # the heartbeat timeout comes first
+        limit = max(limit, supervisor.config.heartbeat_timeout_s + 0.5)
+    assert recovered_s < limit, f"{stage} took {recovered_s:.2f} s to come back"
 
 
 def test_a_full_input_ring_drops_and_counts_and_never_blocks(running):
@@ -117,6 +161,23 @@ def test_a_full_input_ring_drops_and_counts_and_never_blocks(running):
     assert slowest < 0.05, f"a send took {slowest * 1000:.0f} ms"
     _wait_ready(thread, "asr", restarts + 1, timeout_s=30)
     _turn_works(thread, clip)
+
+
+class _TurnSink:
+    def __init__(self) -> None:
+        self.errors: list[tuple[int, str]] = []
+
+    def on_audio(self, turn_id, pcm16, sample_rate):
+        pass
+
+    def on_text(self, turn_id, kind, text):
+        pass
+
+    def on_error(self, turn_id, message):
+        self.errors.append((turn_id, message))
+
+    def on_turn_done(self, trace):
+        pass
 
 
 class _NullSink:
