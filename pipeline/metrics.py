@@ -112,9 +112,15 @@ class _LiveCounters(Collector):
         ready = GaugeMetricFamily(
             "voxrelay_stage_ready", "1 while the stage is up", labels=["stage"]
         )
+        standby = GaugeMetricFamily(
+            "voxrelay_standby_ready",
+            "1 while the stage has a warm standby with its models loaded",
+            labels=["stage"],
+        )
         for stage in STAGES:
             restarts.add_metric([stage], supervisor.restarts(stage))
             ready.add_metric([stage], 1.0 if supervisor.is_ready(stage) else 0.0)
+            standby.add_metric([stage], 1.0 if supervisor.standby_ready(stage) else 0.0)
         malformed = CounterMetricFamily(
             "voxrelay_malformed_records",
             "Records from a stage that did not parse (dropped; a corrupt ring restarts it)",
@@ -124,6 +130,7 @@ class _LiveCounters(Collector):
             malformed.add_metric([stage], count)
         yield restarts
         yield ready
+        yield standby
         yield malformed
         drops = CounterMetricFamily(
             "voxrelay_ring_dropped_records",
