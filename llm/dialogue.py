@@ -23,6 +23,10 @@ def llm_config(settings: dict[str, Any]) -> LLMConfig:
     return LLMConfig(**values)
 
 
+# A history that outgrows the context is cut to this share of the prompt budget.
+HISTORY_LOW_WATER = 0.6
+
+
 class Dialogue:
     """One session's conversation memory with a clear truncation rule."""
 
@@ -59,18 +63,33 @@ class Dialogue:
 
     def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
         """The ChatML prompt for a new user turn, fitted to leave room for a full reply:
-        the oldest exchanges go first, then the oldest words of an overlong turn."""
+        the oldest exchanges go first, then the oldest words of an overlong turn.
+
+        A full history is cut down to HISTORY_LOW_WATER of the budget, not just under
+        it: the prompt's head then stays the same for the next several turns, so the
+        prefix cache keeps serving it. Dropping one exchange per turn would move the
+        head every turn and re-prefill the whole ~2k-token history each time.
+        """
         budget = config.max_context_tokens - config.max_new_tokens
-        while True:
-            system = {"role": "system", "content": self.system_prompt or config.system_prompt}
-            user = {"role": "user", "content": user_text}
-            text = backend.render([system, *self.messages(), user])
-            if backend.count_tokens(text) <= budget:
-                return text
+        text = self._render(backend, config, user_text)
+        over = backend.count_tokens(text) - int(budget * HISTORY_LOW_WATER)
+        if backend.count_tokens(text) > budget:
+            while over > 0 and self.exchanges:
+                user, assistant = self.exchanges.pop(0)
+                over -= backend.count_tokens(user) + backend.count_tokens(assistant)
+            text = self._render(backend, config, user_text)
+        while backend.count_tokens(text) > budget:
             if self.exchanges:
                 self.exchanges.pop(0)
-                continue
-            words = user_text.split()
-            if len(words) < 2:
-                return text  # the backend rejects it with a ValueError the stage reports
-            user_text = " ".join(words[max(1, len(words) // 4) :])
+            else:
+                words = user_text.split()
+                if len(words) < 2:
+                    return text  # the backend rejects it with a ValueError the stage reports
+                user_text = " ".join(words[max(1, len(words) // 4) :])
+            text = self._render(backend, config, user_text)
+        return text
+
+    def _render(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
+        system = {"role": "system", "content": self.system_prompt or config.system_prompt}
+        user = {"role": "user", "content": user_text}
+        return backend.render([system, *self.messages(), user])

@@ -8,7 +8,7 @@ import pytest
 
 from llm.backend import REPLY_HEADER, create_backend
 from llm.config import LLMConfig
-from llm.dialogue import Dialogue, llm_config
+from llm.dialogue import HISTORY_LOW_WATER, Dialogue, llm_config
 from llm.engine import LLMEngine
 from llm.native_backend import NativeBackend
 
@@ -74,3 +74,28 @@ def test_create_backend_native(model_path: Path) -> None:
     backend = create_backend(config)
     assert isinstance(backend, NativeBackend)
     backend.close()
+
+
+def test_a_full_history_is_cut_deep_enough_to_stay_cached_for_several_turns(
+    engine: LLMEngine,
+) -> None:
+    """Cutting just under the budget would move the prompt's head (and miss the prefix
+    cache) on every turn once the history is full; cutting to the low-water mark keeps
+    it for the turns the freed room holds."""
+    backend = NativeBackend(engine.config, engine)
+    dialogue = Dialogue()
+    budget = engine.config.max_context_tokens - engine.config.max_new_tokens
+    exchange = (f"Question 0 {'ask ' * 20}", f"Answer 0 {'say ' * 30}")
+    exchange_tokens = sum(backend.count_tokens(text) for text in exchange)
+    heads = []
+    for turn in range(60):
+        user = f"Question {turn} " + "ask " * 20
+        prompt = dialogue.prompt_text(backend, engine.config, user)
+        assert backend.count_tokens(prompt) <= budget
+        heads.append(dialogue.exchanges[0][0] if dialogue.exchanges else "")
+        dialogue.add(turn, user, f"Answer {turn} " + "say " * 30)
+    cuts = sum(1 for a, b in zip(heads, heads[1:], strict=False) if a and a != b)
+    turns_per_refill = (1 - HISTORY_LOW_WATER) * budget / exchange_tokens
+    assert turns_per_refill >= 2
+    assert 0 < cuts <= 60 / int(turns_per_refill) + 1, heads
+    assert len(dialogue.exchanges) >= int(0.5 * budget / exchange_tokens)  # still a history
