@@ -209,10 +209,17 @@ class Supervisor:
                 alive = stage.process is not None and stage.process.poll() is None
                 if stage.status.ready_ns and now - beat > timeout_ns and alive:
                     assert stage.process is not None
+                    # The raw stamps too: the 500-turn soak once killed a stage that
+                    # had answered turns till then for a beat "874 s" old (unexplained).
                     log.warning(
-                        "%s stage missed heartbeats for %.1f s; killing it",
+                        "%s stage missed heartbeats for %.1f s; killing it "
+                        "(heartbeat_ns %d, ready_ns %d, now %d, pid %d)",
                         stage.name,
                         (now - beat) / 1e9,
+                        stage.status.heartbeat_ns,
+                        stage.status.ready_ns,
+                        now,
+                        stage.process.pid,
                     )
                     stage.process.kill()  # _on_exit restarts it
                     stage.status.reset()
