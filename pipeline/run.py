@@ -197,7 +197,8 @@ class Pipeline:
             except TimeoutError:
                 sink.errors.append(f"no reply within {timeout_s:.0f} s")
             self.supervisor.control(ControlOp.SESSION_CLOSE, session_id=session.session_id)
-            return ClipResult(session.finished, bytes(sink.audio), sink.sample_rate, sink.errors)
+            traces = list(session.finished)
+            return ClipResult(traces, bytes(sink.audio), sink.sample_rate, sink.errors)
         finally:
             self._sinks.pop(session.session_id, None)
             self.router.close(session.session_id)

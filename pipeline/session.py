@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -27,6 +28,8 @@ _LIVE_TEXT: dict[Stamp, str] = {
     Stamp.PARTIAL_TEXT: "transcript.partial",
     Stamp.REPLY_DELTA: "response.text.delta",
 }
+# Finished turns a session keeps in memory (Session.finished).
+MAX_FINISHED_TURNS = 1024
 # What a speculative reply produces: held until its turn commits (pipeline.commit_gate).
 _GATED_RECORDS = frozenset({RecordKind.AUDIO_OUT, RecordKind.AUDIO_END})
 # Trace points of a retracted speculative reply: its successor stamps them again.
@@ -74,7 +77,9 @@ class Session:
         self._transport = transport
         self._mode = mode
         self.turns: dict[int, TurnTrace] = {}
-        self.finished: list[TurnTrace] = []
+        # The latest finished turns (a one-clip run reads them all); a call or a browser
+        # session can last thousands of turns, and every row is in the trace sink anyway.
+        self.finished: deque[TurnTrace] = deque(maxlen=MAX_FINISHED_TURNS)
         self._ended: set[int] = set()  # finished or failed turns: leftovers are dropped
         self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
         # Called with (session, turn) when the user starts speaking: barge-in detection.
