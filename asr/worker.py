@@ -78,7 +78,7 @@ class ASRHandler(TableHandler):
         lets a SpeculativeEnd found in the backlog travel right behind it, so the LLM
         takes both in one read and prefills the turn's tail in one pass, instead of
         starting a pass for the Partial alone and reading the SpeculativeEnd only when
-        that pass is done (~100 ms of TTFA measured end to end, docs/asr.md).
+        that pass is done (docs/asr.md has the measured effect).
         """
         self._send_held()
         return False
