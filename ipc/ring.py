@@ -161,6 +161,11 @@ class Producer(_End):
     def dropped(self) -> int:
         return self._dropped
 
+    def unread_bytes(self) -> int:
+        """Bytes sent that the consumer has not read yet (its position, read live)."""
+        tail: int = _U64.unpack_from(self._map, _CONSUMER_AT)[0]
+        return self._head - tail
+
     def fileno(self) -> int:
         return self.fds.space
 
