@@ -91,3 +91,19 @@ def fd_census(pid: int | str = "self") -> tuple[int, int]:
         fds += 1
         memfds += target.startswith("/memfd:")
     return fds, memfds
+
+
+class NullSink:
+    """A session sink that discards everything (tests that only look at traces/rings)."""
+
+    def on_audio(self, turn_id, pcm16, sample_rate):
+        pass
+
+    def on_text(self, turn_id, kind, text):
+        pass
+
+    def on_error(self, turn_id, message):
+        pass
+
+    def on_turn_done(self, trace):
+        pass

@@ -18,6 +18,7 @@ from ipc.ring import Producer
 from pipeline.audio_io import read_clip
 from pipeline.ws import ServerConfig, VoiceServer
 from tests.pipeline.pipeline_thread import (
+    NullSink,
     PipelineThread,
     fd_census,
     stage_children,
@@ -145,7 +146,7 @@ def test_a_full_input_ring_drops_and_counts_and_never_blocks(running):
     silence = bytes(32_000)  # 1 s of 16 kHz PCM16 per record
 
     async def flood() -> tuple[int, float]:
-        session = pipeline.router.open(_NullSink(), "test")
+        session = pipeline.router.open(NullSink(), "test")
         dropped, slowest = 0, 0.0
         for _ in range(200):  # 200 s of audio into a ring that holds ~130 s
             started = time.perf_counter()
@@ -189,20 +190,6 @@ class _TurnSink:
         pass
 
 
-class _NullSink:
-    def on_audio(self, turn_id, pcm16, sample_rate):
-        pass
-
-    def on_text(self, turn_id, kind, text):
-        pass
-
-    def on_error(self, turn_id, message):
-        pass
-
-    def on_turn_done(self, trace):
-        pass
-
-
 def test_garbage_from_a_stage_is_dropped_and_a_corrupt_ring_restarts_it(running):
     """A misbehaving TTS: a STAMP whose body does not parse (dropped, counted), then a
     record whose length makes no sense (framing lost: TTS restarted, ring skipped)."""
@@ -216,7 +203,7 @@ def test_garbage_from_a_stage_is_dropped_and_a_corrupt_ring_restarts_it(running)
     async def misbehave() -> None:
         # The TTS is idle between turns, so writing as its producer here races nothing.
         peer = Producer(ring)
-        session = thread.pipeline.router.open(_NullSink(), "test")
+        session = thread.pipeline.router.open(NullSink(), "test")
         peer.send(RecordKind.STAMP, b"\x01", session_id=session.session_id)
         await asyncio.sleep(0.2)
         assert supervisor.malformed_records["tts"] == malformed + 1

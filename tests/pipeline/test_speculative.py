@@ -15,6 +15,7 @@ from pipeline.run import Pipeline
 from pipeline.session import Session
 from pipeline.trace import TraceSink
 from tests.asr.clipdata import voiced_span
+from tests.pipeline.pipeline_thread import NullSink
 
 
 def test_gate_holds_until_commit_and_drops_on_retract() -> None:
@@ -68,20 +69,6 @@ def test_pause_between_phrases_retracts_the_speculative_reply(clips_dir) -> None
     assert len(result.audio) > 0 and row["reply_text"]
 
 
-class _Quiet:
-    def on_audio(self, turn_id, pcm16, sample_rate):
-        pass
-
-    def on_text(self, turn_id, kind, text):
-        pass
-
-    def on_error(self, turn_id, message):
-        pass
-
-    def on_turn_done(self, trace):
-        pass
-
-
 def _stamp(point: Stamp, text: str, at_ns: int, value: int = 0) -> Record:
     return Record(
         RecordKind.STAMP, 0, 1, 0, at_ns, 0, STAMP_BODY.pack(point, value) + text.encode()
@@ -92,7 +79,7 @@ def test_tts_stamps_of_a_retracted_attempt_that_arrive_late_are_dropped() -> Non
     """Stamps and audio travel on different rings: a FRAGMENT the TTS stamped before it
     passed the RESUME on can reach the session after it. It must not be taken for a
     fragment of the next attempt (it would shift what a barge-in says was heard)."""
-    session = Session(1, _Quiet(), TraceSink(None), "file", "streaming")
+    session = Session(1, NullSink(), TraceSink(None), "file", "streaming")
     session.deliver(Record(RecordKind.RESUME, 0, 1, 0, 1_000, 0, b""))
     session.deliver(_stamp(Stamp.TTS_FIRST_AUDIO, "", 900))
     session.deliver(_stamp(Stamp.FRAGMENT, "The retracted one,", 950, value=4410))
