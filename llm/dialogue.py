@@ -72,13 +72,15 @@ class Dialogue:
         """
         budget = config.max_context_tokens - config.max_new_tokens
         text = self._render(backend, config, user_text)
-        over = backend.count_tokens(text) - int(budget * HISTORY_LOW_WATER)
-        if backend.count_tokens(text) > budget:
+        tokens = backend.count_tokens(text)
+        if tokens > budget:
+            over = tokens - int(budget * HISTORY_LOW_WATER)
             while over > 0 and self.exchanges:
                 user, assistant = self.exchanges.pop(0)
                 over -= backend.count_tokens(user) + backend.count_tokens(assistant)
             text = self._render(backend, config, user_text)
-        while backend.count_tokens(text) > budget:
+            tokens = backend.count_tokens(text)
+        while tokens > budget:
             if self.exchanges:
                 self.exchanges.pop(0)
             else:
@@ -87,6 +89,7 @@ class Dialogue:
                     return text  # the backend rejects it with a ValueError the stage reports
                 user_text = " ".join(words[max(1, len(words) // 4) :])
             text = self._render(backend, config, user_text)
+            tokens = backend.count_tokens(text)
         return text
 
     def _render(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
