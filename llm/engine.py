@@ -75,7 +75,14 @@ class LLMEngine:
         decode_dtype = (
             None if config.decode_dtype == "same" else _DECODE_DTYPES[config.decode_dtype]
         )
-        model = LlamaModel(gguf_file, hparams, self.state.dtype, self.state.device, decode_dtype)
+        model = LlamaModel(
+            gguf_file,
+            hparams,
+            self.state.dtype,
+            self.state.device,
+            decode_dtype,
+            pack_weights=config.pack_weights,
+        )
         self.runner = ModelRunner(
             model,
             self.state.num_kv_blocks,

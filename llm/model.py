@@ -17,29 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from llm.gguf_loader import GGUFFile, LlamaHParams
-
-
-@dataclass(frozen=True, slots=True)
-class Int8Weight:
-    """Weight-only int8, one scale per output row; used with bfloat16 activations.
-
-    A quarter of float32's bytes, and on this AVX2 CPU `_weight_int8pack_mm` beats both
-    the float32 and the bfloat16 GEMM at every M up to ~64 (docs/llm.md), so a 10-token
-    prompt tail can run on these weights too, not only single-token decode steps.
-    """
-
-    values: torch.Tensor  # (N, K) int8
-    scales: torch.Tensor  # (N,) bfloat16
-
-    @classmethod
-    def quantize(cls, weight: torch.Tensor) -> Int8Weight:
-        # Round against the bfloat16 scale the kernel will use, not the exact one.
-        scales = (weight.float().abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)
-        steps = weight.float() / scales.float()[:, None]  # (N, K)
-        return cls(steps.round().clamp(-127, 127).to(torch.int8), scales)
-
-
-Weight = torch.Tensor | Int8Weight
+from llm.weights import PackedWeight, Weight, can_pack, convert, linear
 
 
 @dataclass(slots=True)
@@ -52,25 +30,13 @@ class LayerWeights:
     w_down: Weight  # (D, F)
 
 
-# A forward of at most this many tokens (B * T) is a decode step: memory-bound.
-DECODE_MAX_TOKENS = 8
+# A forward of at most this many tokens (B * T) is a decode step: memory-bound, so it
+# runs on the narrower weights. Against prepacked float32 weights bfloat16 wins only up
+# to 3 tokens; against plain float32 GEMMs up to 8 (docs/llm.md, "Weight formats").
+DECODE_MAX_TOKENS = 3
+UNPACKED_DECODE_MAX_TOKENS = 8
 # With int8 decode weights: their GEMM stays the fastest up to here (docs/llm.md).
 INT8_DECODE_MAX_TOKENS = 32
-
-
-def _linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
-    """x @ weight.T computed in the weight's dtype, returned in x's dtype."""
-    if isinstance(weight, Int8Weight):
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # (M, K): the op takes 2-D
-        out = torch._weight_int8pack_mm(rows, weight.values, weight.scales)  # (M, N)
-        return out.reshape(*x.shape[:-1], -1).to(x.dtype)
-    if weight.dtype == x.dtype:
-        return F.linear(x, weight)
-    return F.linear(x.to(weight.dtype), weight).to(x.dtype)
-
-
-def _narrow(weight: torch.Tensor, dtype: torch.dtype) -> Weight:
-    return Int8Weight.quantize(weight) if dtype == torch.int8 else weight.to(dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +54,8 @@ class LlamaModel:
     tokens, so on a CPU it is bound by memory bandwidth: bfloat16 weights halve the bytes
     and more than double tokens/s here (docs/llm.md), while prefill, which is bound by
     compute and has no native bfloat16 on AVX2, keeps the exact float32 weights.
+    `pack_weights`: hold those float32 weights prepacked for oneDNN where the build has
+    it (llm/weights.py); the plain copies are then dropped.
     """
 
     def __init__(
@@ -97,6 +65,7 @@ class LlamaModel:
         dtype: torch.dtype,
         device: torch.device,
         decode_dtype: torch.dtype | None = None,
+        pack_weights: bool = True,
     ) -> None:
         self.hparams = hparams
         self.device = device
@@ -125,9 +94,16 @@ class LlamaModel:
         # Narrower copies of the matmul weights, each for forwards of at most its
         # `max_tokens` (B * T); bigger forwards use `layers`.
         self.narrow_sets: list[WeightSet] = []
+        self.packed = pack_weights and can_pack(dtype, device)
         if decode_dtype is not None and decode_dtype != dtype:
-            limit = INT8_DECODE_MAX_TOKENS if decode_dtype == torch.int8 else DECODE_MAX_TOKENS
+            if decode_dtype == torch.int8:
+                limit = INT8_DECODE_MAX_TOKENS
+            else:
+                limit = DECODE_MAX_TOKENS if self.packed else UNPACKED_DECODE_MAX_TOKENS
             self.narrow_sets.append(self._narrowed(decode_dtype, limit))
+        if self.packed:
+            self.layers = [_packed(layer) for layer in self.layers]
+            self.lm_head = PackedWeight.pack(self.lm_head)  # the embedding stays plain
         half = hparams.head_dim // 2
         inv_freq = hparams.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
         angles = torch.outer(torch.arange(hparams.max_positions, dtype=torch.float64), inv_freq)
@@ -139,15 +115,15 @@ class LlamaModel:
         layers = [
             LayerWeights(
                 attn_norm=layer.attn_norm,
-                wqkv=_narrow(layer.wqkv, dtype),  # type: ignore[arg-type]
-                wo=_narrow(layer.wo, dtype),  # type: ignore[arg-type]
+                wqkv=convert(layer.wqkv, dtype),  # type: ignore[arg-type]
+                wo=convert(layer.wo, dtype),  # type: ignore[arg-type]
                 ffn_norm=layer.ffn_norm,
-                w_gate_up=_narrow(layer.w_gate_up, dtype),  # type: ignore[arg-type]
-                w_down=_narrow(layer.w_down, dtype),  # type: ignore[arg-type]
+                w_gate_up=convert(layer.w_gate_up, dtype),  # type: ignore[arg-type]
+                w_down=convert(layer.w_down, dtype),  # type: ignore[arg-type]
             )
             for layer in self.layers
         ]
-        return WeightSet(max_tokens, layers, _narrow(self.lm_head, dtype))  # type: ignore[arg-type]
+        return WeightSet(max_tokens, layers, convert(self.lm_head, dtype))  # type: ignore[arg-type]
 
     def weights_for(self, num_tokens: int) -> tuple[list[LayerWeights], Weight]:
         """(layers, lm_head) for a forward of `num_tokens` new tokens (B * T)."""
@@ -181,10 +157,12 @@ class LlamaModel:
         cos = self.rope_cos[positions].unsqueeze(2)  # (B, T, 1, Dh/2)
         sin = self.rope_sin[positions].unsqueeze(2)
         x = self.embed[input_ids]  # (B, T, D)
+        flat_slots = context_slots.flatten()  # (B * S,)
+        context_shape = (batch, context_slots.shape[1], num_kv, head_dim)  # (B, S, Hkv, Dh)
         layers, lm_head = self.weights_for(batch * new_tokens)
         for index, layer in enumerate(layers):
             h = F.rms_norm(x, (hp.dim,), layer.attn_norm, hp.rms_eps)
-            qkv = _linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
+            qkv = linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
             qk = qkv[..., : (num_q + num_kv) * head_dim].unflatten(-1, (num_q + num_kv, head_dim))
             qk = _rotate_pairs(qk, cos, sin)  # (B, T, H + Hkv, Dh), q and k rotated together
             q = qk[:, :, :num_q].transpose(1, 2)  # (B, H, T, Dh)
@@ -194,19 +172,35 @@ class LlamaModel:
             )
             k_cache[index].index_copy_(0, write_slots, k)
             v_cache[index].index_copy_(0, write_slots, v)
-            keys = k_cache[index][context_slots].transpose(1, 2)  # (B, Hkv, S, Dh)
-            values = v_cache[index][context_slots].transpose(1, 2)
+            # One row gather per cache: ~3x cheaper than indexing with the (B, S) tensor.
+            keys = k_cache[index].index_select(0, flat_slots).view(context_shape).transpose(1, 2)
+            values = v_cache[index].index_select(0, flat_slots).view(context_shape).transpose(1, 2)
             attn = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=attn_mask, enable_gqa=True
             )
-            x = x + _linear(attn.transpose(1, 2).flatten(2), layer.wo)  # (B, T, D)
+            x = x + linear(attn.transpose(1, 2).flatten(2), layer.wo)  # (B, T, D)
             h = F.rms_norm(x, (hp.dim,), layer.ffn_norm, hp.rms_eps)
-            gate, up = _linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
-            x = x + _linear(F.silu(gate) * up, layer.w_down)
+            gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
+            x = x + linear(F.silu(gate) * up, layer.w_down)
         # Only the rows that get sampled pay for the norm and the (V x D) projection.
         x = x.flatten(0, 1).index_select(0, logit_rows)  # (N, D)
         x = F.rms_norm(x, (hp.dim,), self.norm, hp.rms_eps)
-        return _linear(x, lm_head).float()  # (N, V)
+        return linear(x, lm_head).float()  # (N, V)
+
+
+def _packed(layer: LayerWeights) -> LayerWeights:
+    def pack(weight: Weight) -> PackedWeight:
+        assert isinstance(weight, torch.Tensor)
+        return PackedWeight.pack(weight)
+
+    return LayerWeights(
+        attn_norm=layer.attn_norm,
+        wqkv=pack(layer.wqkv),
+        wo=pack(layer.wo),
+        ffn_norm=layer.ffn_norm,
+        w_gate_up=pack(layer.w_gate_up),
+        w_down=pack(layer.w_down),
+    )
 
 
 def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,8 @@ import torch
 
 from llm.config import LLMConfig
 from llm.engine import LLMEngine
-from llm.model import INT8_DECODE_MAX_TOKENS, Int8Weight, _linear
+from llm.model import INT8_DECODE_MAX_TOKENS
+from llm.weights import Int8Weight, linear
 
 
 def test_quantize_and_matmul_stay_close_to_float32() -> None:
@@ -19,7 +20,7 @@ def test_quantize_and_matmul_stay_close_to_float32() -> None:
     row_max = weight.abs().amax(dim=1, keepdim=True)
     assert ((restored - weight).abs() <= row_max / 127).all()  # within one int8 step
     x = torch.randn(2, 5, 64, generator=generator)  # (B, T, K): 3-D input, 2-D kernel
-    exact, approx = x @ weight.T, _linear(x, quantized)
+    exact, approx = x @ weight.T, linear(x, quantized)
     assert approx.shape == exact.shape and approx.dtype == torch.float32
     assert (approx - exact).abs().max() < 0.05 * exact.abs().max()
 
