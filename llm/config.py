@@ -77,6 +77,9 @@ class LLMConfig:
     # CPU float32 weights held prepacked for oneDNN (llm/weights.py): prompt passes ~1.7x
     # faster at 8-16 tokens, same results. False = plain GEMMs (the A/B in docs/llm.md).
     pack_weights: bool = True
+    # CPU stage: decode on one thread once every reply in flight has this many tokens
+    # (its first TTS fragment is out), leaving a core to TTS (llm/core_yield.py). 0 = off.
+    yield_core_after_tokens: int = 6
     num_threads: int | None = None
     max_new_tokens: int = 60
     temperature: float = 0.0
@@ -109,6 +112,10 @@ class LLMConfig:
         if self.decode_dtype not in DECODE_DTYPES:
             raise ValueError(
                 f"decode_dtype must be one of {DECODE_DTYPES}, got {self.decode_dtype!r}"
+            )
+        if not 0 <= self.yield_core_after_tokens <= 10_000:
+            raise ValueError(
+                f"yield_core_after_tokens must be in 0..10000, got {self.yield_core_after_tokens}"
             )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")

@@ -42,6 +42,7 @@ from ipc.records import (
     split_text_pair,
 )
 from llm.backend import REPLY_HEADER, create_backend
+from llm.core_yield import CoreYield
 from llm.dialogue import Dialogue, llm_config
 from pipeline.worker import Events, TableHandler
 
@@ -75,6 +76,7 @@ class LLMHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = llm_config(config)
         self.backend = create_backend(self.config)
+        self.core_yield = CoreYield(self.config.yield_core_after_tokens, _cpu_threads(self.backend))
         self.out = out
         self.events = events
         self.dialogues: dict[int, Dialogue] = {}
@@ -251,6 +253,8 @@ class LLMHandler(TableHandler):
     def step(self) -> bool:
         if not self.backend.has_pending_work():
             return False
+        generating = [len(r.parts) for r in self.replies.values() if not r.finish_reason]
+        self.core_yield.before_step(generating, prefilling=bool(self.open_prompts))
         for output in self.backend.step():
             reply = self.replies.get(output.request_id)
             if reply is None:
@@ -303,3 +307,11 @@ class LLMHandler(TableHandler):
         ):
             self.pending_end.discard(reply.session_id)
             self.out.send(RecordKind.END_OF_INPUT, session_id=reply.session_id)
+
+
+def _cpu_threads(backend: object) -> int:
+    """Threads of a native engine on the CPU; 1 (nothing to yield) for anything else."""
+    engine = getattr(backend, "engine", None)
+    if engine is None or engine.state.device.type != "cpu":
+        return 1
+    return int(engine.state.num_threads)
