@@ -41,6 +41,12 @@ async def _call(**overrides):
     return pipeline, server, caller, call, pipeline.sessions[call.bridge.session_id]
 
 
+async def _hang_up(server, caller) -> None:
+    assert (await caller.hangup()).status == 200
+    caller.close()
+    server.stop()
+
+
 async def _press(caller, digits: str) -> None:
     for digit in digits:
         await caller.press(digit)
@@ -59,9 +65,7 @@ def test_digits_go_with_the_turn_in_progress_or_the_next_and_the_rest_in_a_last_
         _turn_ends(session, 0)
         await _press(caller, "45")  # after the turn's row was written, and no turn follows
         pressed = [e for e in call.bridge.events if e.kind == "dtmf"]
-        assert (await caller.hangup()).status == 200
-        caller.close()
-        server.stop()
+        await _hang_up(server, caller)
         return pipeline.rows, pressed
 
     rows, pressed = run(main())
@@ -84,9 +88,7 @@ def test_a_turn_without_words_does_not_swallow_a_digit():
         _stamp(session, 1, Stamp.SPEECH_START)
         _stamp(session, 1, Stamp.TRANSCRIPT, "agent please")
         _turn_ends(session, 1)
-        assert (await caller.hangup()).status == 200
-        caller.close()
-        server.stop()
+        await _hang_up(server, caller)
         return pipeline.rows
 
     rows = run(main())
@@ -104,9 +106,7 @@ def test_a_cough_during_a_reply_leaves_the_digit_to_the_reply_turn():
         _stamp(session, 1, Stamp.TRANSCRIPT, "")
         await _press(caller, "9")
         _turn_ends(session, 0)
-        assert (await caller.hangup()).status == 200
-        caller.close()
-        server.stop()
+        await _hang_up(server, caller)
         return pipeline.rows
 
     rows = run(main())
@@ -137,9 +137,7 @@ def test_a_call_without_digits_writes_no_extra_row():
         _stamp(session, 0, Stamp.SPEECH_START)
         _stamp(session, 0, Stamp.TRANSCRIPT, "hello")
         _turn_ends(session, 0)
-        assert (await caller.hangup()).status == 200
-        caller.close()
-        server.stop()
+        await _hang_up(server, caller)
         return pipeline.rows
 
     rows = run(main())
