@@ -14,7 +14,9 @@ exactly the count it read; the consumer adds the bytes it freed to the *space* f
 the producer credits exactly that. The syscalls order the memory accesses, so this is
 correct on weakly ordered CPUs (ARM) without explicit fences. Head, tail and the
 records owed are mirrored in the control block only so a restarted stage can resume
-its side of a live ring.
+its side of a live ring. Each of those fields is one aligned 8-byte word, read and
+written whole through an int64 view: `struct` copies byte by byte, and a read racing
+a write could see a mix of old and new bytes (tests/pipeline/test_status.py shows it).
 
 The peer's pidfd sits in every poll set: a dead peer is seen within milliseconds.
 """
@@ -29,16 +31,18 @@ import struct
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from ipc.records import ALIGN, HEADER, HEADER_BYTES, Record, RecordKind, padded
 
 CONTROL_BYTES = 4096
 MAGIC = 0x56585231  # "VXR1"
 _IDENT = struct.Struct("<IIQ")  # magic, version, capacity; offset 0
-_PRODUCER = struct.Struct("<QQQq")  # head, published, dropped, heartbeat_ns; offset 64
-_CONSUMER = struct.Struct("<QQq")  # tail, owed, heartbeat_ns; offset 128
-_PRODUCER_AT = 64
-_CONSUMER_AT = 128
-_U64 = struct.Struct("<Q")
+# Control block words (int64 index = byte offset / 8): the producer's cache line at 64,
+# the consumer's at 128.
+_HEAD, _PUBLISHED, _DROPPED, _PRODUCER_BEAT = 8, 9, 10, 11
+_TAIL, _OWED, _CONSUMER_BEAT = 16, 17, 18
+_CLOSED = np.zeros(0, dtype=np.int64)
 _PAD_HEADER = struct.Struct("<IH")
 _KINDS = frozenset(int(k) for k in RecordKind)
 
@@ -88,7 +92,9 @@ def dropped_records(fds: RingFds) -> int:
     """Records the ring's producer dropped because it was full (`block=False` sends),
     read from the shared control block: any process holding the fds can count them."""
     with mmap.mmap(fds.memory, CONTROL_BYTES, prot=mmap.PROT_READ) as control:
-        dropped: int = _PRODUCER.unpack_from(control, _PRODUCER_AT)[2]
+        words = np.frombuffer(control, dtype=np.int64, count=CONTROL_BYTES // 8)
+        dropped = int(words[_DROPPED])
+        del words  # the view pins the map
     return dropped
 
 
@@ -112,6 +118,8 @@ class _End:
         self.capacity = capacity
         self.max_record_bytes = capacity // 4
         self._data = memoryview(self._map)[CONTROL_BYTES:]
+        # (512,) int64 over the page-aligned control block: one load or store per field.
+        self._words = np.frombuffer(self._map, dtype=np.int64, count=CONTROL_BYTES // 8)
         self._peer_fd = os.pidfd_open(peer_pid) if peer_pid is not None else None
         self._poll = select.poll()
         self._poll.register(wait_fd, select.POLLIN)
@@ -132,6 +140,7 @@ class _End:
         return bool(events)
 
     def close(self) -> None:
+        self._words = _CLOSED  # drop the view first: it pins the map
         self._data.release()
         # A caller may still hold a RecordView; then the GC unmaps later.
         with contextlib.suppress(BufferError):
@@ -146,8 +155,9 @@ class Producer(_End):
 
     def __init__(self, fds: RingFds, peer_pid: int | None = None) -> None:
         super().__init__(fds, peer_pid, fds.space)
-        head, published, dropped, _ = _PRODUCER.unpack_from(self._map, _PRODUCER_AT)
-        tail: int = _U64.unpack_from(self._map, _CONSUMER_AT)[0]
+        words = self._words
+        head, published, dropped = (int(words[i]) for i in (_HEAD, _PUBLISHED, _DROPPED))
+        tail = int(words[_TAIL])
         # A restarted producer resumes a live ring: credit what the consumer freed so far.
         # The drain comes after reading the tail so a concurrent free can only be
         # under-counted (a few bytes lost to this ring), never counted twice.
@@ -163,14 +173,13 @@ class Producer(_End):
 
     def unread_bytes(self) -> int:
         """Bytes sent that the consumer has not read yet (its position, read live)."""
-        tail: int = _U64.unpack_from(self._map, _CONSUMER_AT)[0]
-        return self._head - tail
+        return self._head - int(self._words[_TAIL])
 
     def fileno(self) -> int:
         return self.fds.space
 
     def beat(self, now_ns: int | None = None) -> None:
-        struct.pack_into("<q", self._map, _PRODUCER_AT + 24, now_ns or time.perf_counter_ns())
+        self._words[_PRODUCER_BEAT] = now_ns or time.perf_counter_ns()
 
     def _reserve(self, need: int, block: bool, timeout_s: float) -> bool:
         if self._free >= need:  # the common case costs no syscall
@@ -215,7 +224,7 @@ class Producer(_End):
         total = need if need <= to_end else to_end + need
         if not self._reserve(total, block, timeout_s):
             self._dropped += 1
-            struct.pack_into("<Q", self._map, _PRODUCER_AT + 16, self._dropped)
+            self._words[_DROPPED] = self._dropped
             return False
         if need > to_end:
             _PAD_HEADER.pack_into(self._data, position, to_end, RecordKind.PAD)
@@ -232,9 +241,10 @@ class Producer(_End):
         self._head += need
         self._free -= total
         self._published += 1
-        _PRODUCER.pack_into(
-            self._map, _PRODUCER_AT, self._head, self._published, self._dropped, stamp
-        )
+        words = self._words
+        words[_HEAD] = self._head
+        words[_PUBLISHED] = self._published
+        words[_PRODUCER_BEAT] = stamp
         os.eventfd_write(self.fds.doorbell, 1)
         return True
 
@@ -255,16 +265,15 @@ class Consumer(_End):
 
     def __init__(self, fds: RingFds, peer_pid: int | None = None) -> None:
         super().__init__(fds, peer_pid, fds.doorbell)
-        tail, owed, _ = _CONSUMER.unpack_from(self._map, _CONSUMER_AT)
-        self._tail: int = tail
-        self._owed: int = owed
+        self._tail = int(self._words[_TAIL])
+        self._owed = int(self._words[_OWED])
         self._current: int = 0  # padded size of the record under peek, 0 if none
 
     def fileno(self) -> int:
         return self.fds.doorbell
 
     def beat(self, now_ns: int | None = None) -> None:
-        struct.pack_into("<q", self._map, _CONSUMER_AT + 16, now_ns or time.perf_counter_ns())
+        self._words[_CONSUMER_BEAT] = now_ns or time.perf_counter_ns()
 
     def pending(self) -> int:
         """Records published and not yet consumed, as far as the doorbell has told us."""
@@ -273,7 +282,7 @@ class Consumer(_End):
         fresh = _drain(self.fds.doorbell)
         if fresh:
             self._owed += fresh
-            struct.pack_into("<Q", self._map, _CONSUMER_AT + 8, self._owed)
+            self._words[_OWED] = self._owed
         return self._owed
 
     def wait(self, timeout_s: float | None) -> bool:
@@ -316,10 +325,10 @@ class Consumer(_End):
     def resync(self) -> None:
         """Skip whatever the producer published, after that producer died leaving garbage
         (RingCorrupt): the next producer on this ring starts from an empty ring."""
-        head: int = _PRODUCER.unpack_from(self._map, _PRODUCER_AT)[0]
+        head = int(self._words[_HEAD])
         _drain(self.fds.doorbell)
         self._tail, self._owed, self._current = head, 0, 0
-        _CONSUMER.pack_into(self._map, _CONSUMER_AT, self._tail, 0, time.perf_counter_ns())
+        self._mirror()
 
     def advance(self) -> None:
         """Release the record returned by `peek()` so the producer may reuse its bytes."""
@@ -327,8 +336,14 @@ class Consumer(_End):
         size, self._current = self._current, 0
         self._tail += size
         self._owed -= 1
-        _CONSUMER.pack_into(self._map, _CONSUMER_AT, self._tail, self._owed, time.perf_counter_ns())
+        self._mirror()
         os.eventfd_write(self.fds.space, size)
+
+    def _mirror(self) -> None:
+        words = self._words
+        words[_TAIL] = self._tail
+        words[_OWED] = self._owed
+        words[_CONSUMER_BEAT] = time.perf_counter_ns()
 
     def recv(self) -> Record | None:
         """The next record with its payload copied out, or None."""

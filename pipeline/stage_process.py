@@ -31,6 +31,8 @@ class StageProcess:
     restarts: int = 0
     stderr_path: str = ""
     started_ns: int = field(default=0)
+    # Watchdog checks in a row that found the heartbeat stale (supervisor.py).
+    stale_checks: int = 0
     # Rings from this stage that it left corrupt: skipped to their head before it restarts.
     corrupt: list[Consumer] = field(default_factory=list)
 

@@ -32,6 +32,8 @@ from pipeline.status import StageStatus
 
 log = logging.getLogger("voxrelay.supervisor")
 STAGES = ("asr", "llm", "tts")
+# Consecutive watchdog checks that must find a stage's heartbeat stale before it is killed.
+STALE_CHECKS_TO_KILL = 2
 RecordCallback = Callable[[str, Record], None]
 
 
@@ -199,18 +201,22 @@ class Supervisor:
 
     async def _watch_heartbeats(self) -> None:
         timeout_ns = int(self.config.heartbeat_timeout_s * 1e9)
+        # Cheap (two words read per stage), so often: a stop is seen within two intervals.
+        interval_s = min(0.1, self.config.heartbeat_timeout_s / 8)
         while not self._closing:
-            await asyncio.sleep(min(0.25, self.config.heartbeat_timeout_s / 4))
+            await asyncio.sleep(interval_s)
             now = time.perf_counter_ns()
             for stage in self._stages.values():
                 # A stage marks itself ready just before its heartbeat thread starts: under
                 # load the first beat can come late, and a beat of 0 is not a stale one.
                 beat = max(stage.status.heartbeat_ns, stage.status.ready_ns)
                 alive = stage.process is not None and stage.process.poll() is None
-                if stage.status.ready_ns and now - beat > timeout_ns and alive:
+                stale = bool(stage.status.ready_ns) and now - beat > timeout_ns and alive
+                stage.stale_checks = stage.stale_checks + 1 if stale else 0
+                # Twice in a row, so one bad read never kills a working stage (the soak
+                # once did: pipeline/status.py); it costs one interval of detection time.
+                if stage.stale_checks >= STALE_CHECKS_TO_KILL:
                     assert stage.process is not None
-                    # The raw stamps too: the 500-turn soak once killed a stage that
-                    # had answered turns till then for a beat "874 s" old (unexplained).
                     log.warning(
                         "%s stage missed heartbeats for %.1f s; killing it "
                         "(heartbeat_ns %d, ready_ns %d, now %d, pid %d)",
@@ -221,6 +227,7 @@ class Supervisor:
                         now,
                         stage.process.pid,
                     )
+                    stage.stale_checks = 0
                     stage.process.kill()  # _on_exit restarts it
                     stage.status.reset()
 
