@@ -79,7 +79,7 @@ class LLMConfig:
     pack_weights: bool = True
     # CPU stage: decode on one thread once every reply in flight has this many tokens
     # (its first TTS fragment is out), leaving a core to TTS (llm/core_yield.py). 0 = off.
-    yield_core_after_tokens: int = 6
+    yield_core_after_tokens: int = 4
     num_threads: int | None = None
     max_new_tokens: int = 60
     temperature: float = 0.0

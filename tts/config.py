@@ -28,9 +28,10 @@ class TTSConfig:
     noise_scale: float | None = None
     noise_w_scale: float | None = None
     # First fragment: released at the first clause boundary once it has this many
-    # words, or after first_fragment_max_words words with no boundary at all.
+    # words, or after first_fragment_max_words words with no boundary at all. 2 words
+    # start audio ~100 ms sooner than 3 end to end; both cut mid-clause (docs/tts.md).
     first_fragment_min_words: int = 1
-    first_fragment_max_words: int = 3
+    first_fragment_max_words: int = 2
     # Later fragments: shorter ones merge with the next (short fragments sound choppy),
     # and a run of text with no boundary is cut at a word after this many words.
     min_fragment_words: int = 6

@@ -19,10 +19,12 @@ def two_threads() -> Iterator[None]:
 
 
 def test_yields_only_when_every_reply_is_past_its_first_fragment(two_threads: None) -> None:
-    core_yield = CoreYield(after_tokens=6, full_threads=2)
+    core_yield = CoreYield(after_tokens=4, full_threads=2)
     core_yield.before_step([0], prefilling=False)  # a reply's first token: TTFT path
     assert torch.get_num_threads() == 2
-    core_yield.before_step([6], prefilling=False)
+    core_yield.before_step([3], prefilling=False)  # its first fragment is not out yet
+    assert torch.get_num_threads() == 2
+    core_yield.before_step([4], prefilling=False)
     assert torch.get_num_threads() == 1 and core_yield.yielding
     core_yield.before_step([9, 2], prefilling=False)  # another session's reply starts
     assert torch.get_num_threads() == 2
