@@ -38,6 +38,7 @@ from ipc.records import (
     Stamp,
     text_pair,
 )
+from pipeline.memory import release_freed_memory
 from pipeline.worker import Events, TableHandler
 
 
@@ -124,6 +125,7 @@ class ASRHandler(TableHandler):
             self.streams.pop(record.session_id, None)
             self.turn_base.pop(record.session_id, None)
             self.next_turn.pop(record.session_id, None)
+            release_freed_memory()  # its ~2 MB of buffers; glibc would keep them
 
     def _forward(self, session_id: int, events: list[ASREvent]) -> None:
         for event in events:

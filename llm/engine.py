@@ -16,7 +16,7 @@ from llm.runner import ModelRunner
 from llm.scheduler import Scheduler
 from llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
 from llm.tokenizer import ChatTokenizer
-from llm.weights import release_freed_memory
+from pipeline.memory import release_freed_memory
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DECODE_DTYPES = {**_DTYPES, "int8": torch.int8}  # int8: weight-only, see llm/model.py
@@ -85,7 +85,7 @@ class LLMEngine:
             pack_weights=config.pack_weights,
         )
         if model.packed:
-            release_freed_memory()
+            release_freed_memory()  # the plain float32 copies packing replaced
         self.runner = ModelRunner(
             model,
             self.state.num_kv_blocks,

@@ -13,8 +13,6 @@ format depends on it (docs/llm.md, "Weight formats"):
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 from dataclasses import dataclass
 
 import torch
@@ -90,11 +88,3 @@ def convert(weight: torch.Tensor, dtype: torch.dtype) -> Weight:
     if dtype == torch.int8:
         return Int8Weight.quantize(weight)
     return weight.to(dtype)
-
-
-def release_freed_memory() -> None:
-    """Hand memory freed by packing (the plain float32 copies, ~440 MB for SmolLM2) back
-    to the OS: glibc keeps large freed blocks in its heap, so RSS would stay ~1.9 GB
-    instead of ~1.5 GB (measured). A no-op where the C library has no malloc_trim."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
