@@ -99,17 +99,18 @@ def _wait_ended(server, count: int, timeout_s: float = 20.0):
     return server.ended[count - 1]
 
 
-@pytest.mark.skipif(missing(SIPP, TSHARK) is not None, reason=str(missing(SIPP, TSHARK)))
-def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_dir, tmp_path):
+def _sipp_call(bridge, clips_dir, tmp_path, opening: list[str], codec: str = "PCMU",
+               digits: str = ""):  # fmt: skip
+    """One SIPp call: `opening` (INVITE .. ACK), then "go forward ten meters" (and
+    `digits`) played in `codec`, 11 s for the reply, BYE. Checks that the call ran end to
+    end (hung up by the caller, the speech transcribed, a reply sent, the session gone)
+    and returns (call, transcribed turns, reply RTP rows on the wire, SIPp's media port,
+    the capture)."""
     speech = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=2.0)
-    write_pcap(tmp_path / "call.pcap", rtp_stream(speech, digits="5"))
+    write_pcap(tmp_path / "call.pcap", rtp_stream(speech, digits=digits, codec=codec))
     media_port = free_udp_port()
     steps = [
-        INVITE,
-        '  <recv response="100" optional="true"/>\n',
-        '  <recv response="180" optional="true"/>\n',
-        '  <recv response="200" rtd="true"/>\n',
-        in_dialog("ACK", 1),
+        *opening,
         '  <nop><action><exec play_pcap_audio="call.pcap"/></action></nop>\n',
         '  <pause milliseconds="11000"/>\n',
         in_dialog("BYE", 2),
@@ -129,12 +130,29 @@ def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_d
     call = _wait_ended(server, ended_before + 1)
     assert call.end_reason == "caller hung up"
     assert call.bridge.closed and call.bridge.session_id not in bridge["pipeline"].router.sessions
-    (pressed,) = [e for e in call.bridge.events if e.kind == "dtmf"]
-    assert pressed.detail == "5"
     turns = [t for t in call.bridge.traces if t.transcript]
     assert turns, f"no turn was transcribed: {call.bridge.events}"
     assert jiwer.wer("go forward ten meters", _words(turns[0].transcript)) <= 0.25
     assert turns[0].first_audio_out_ns, "the bot did not reply"
+    rows = capture.rtp_from(call.rtp.local_port)
+    assert len(rows) >= 25, "under 0.5 s of reply RTP on the wire"
+    # The reply went to the media address SIPp gave.
+    assert {(dst, port) for _, dst, port, _, _ in rows} == {("127.0.0.1", media_port)}
+    return call, turns, rows, capture
+
+
+@pytest.mark.skipif(missing(SIPP, TSHARK) is not None, reason=str(missing(SIPP, TSHARK)))
+def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_dir, tmp_path):
+    opening = [
+        INVITE,
+        '  <recv response="100" optional="true"/>\n',
+        '  <recv response="180" optional="true"/>\n',
+        '  <recv response="200" rtd="true"/>\n',
+        in_dialog("ACK", 1),
+    ]
+    call, turns, rtp_rows, _ = _sipp_call(bridge, clips_dir, tmp_path, opening, digits="5")
+    (pressed,) = [e for e in call.bridge.events if e.kind == "dtmf"]
+    assert pressed.detail == "5"
     # The digit is in the JSONL trace, in the row the rule in docs/traces.md names: the
     # turn still in progress when it came (its row not yet written), else the call's last.
     rows = _trace_rows(bridge, call.bridge.session_id)
@@ -149,11 +167,8 @@ def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_d
         # Between turns: the turn's row was written before the press arrived.
         assert turns[0].stamps[Stamp.TTS_DONE] < pressed.at_ns
     print(f"digit 5 in the trace row of turn {row['turn']} ({row['transcript'] or 'call end'})")
-    rows = capture.rtp_from(call.rtp.local_port)
-    assert len(rows) >= 25, "under 0.5 s of reply RTP on the wire"
-    assert {(dst, port) for _, dst, port, _, _ in rows} == {("127.0.0.1", media_port)}
-    deviation, jitter = pacing_ms(rows)
-    print(f"reply RTP: {len(rows)} packets; gap - 20 ms: p50 {np.median(deviation):.2f}, "
+    deviation, jitter = pacing_ms(rtp_rows)
+    print(f"reply RTP: {len(rtp_rows)} packets; gap - 20 ms: p50 {np.median(deviation):.2f}, "
           f"p95 {np.percentile(deviation, 95):.2f} ms; RFC 3550 jitter p95 "
           f"{np.percentile(jitter, 95):.2f} ms")  # fmt: skip
     assert np.median(deviation) < 2.0  # 20 ms pacing
@@ -166,44 +181,16 @@ def test_sipp_call_pcap_speech_and_digit_then_bye_with_paced_rtp(bridge, clips_d
 def test_sipp_late_offer_answer_in_the_ack_then_speech_and_bye(bridge, clips_dir, tmp_path):
     """INVITE without SDP: the bridge offers PCMU, PCMA and DTMF in its 200 OK; SIPp
     answers PCMA in the ACK, and the call runs on what the answer chose."""
-    speech = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=2.0)
-    write_pcap(tmp_path / "call.pcap", rtp_stream(speech, codec="PCMA"))
-    media_port = free_udp_port()
-    steps = [
+    opening = [
         INVITE_NO_SDP,
         '  <recv response="100" optional="true"/>\n',
         '  <recv response="180" optional="true"/>\n',
         LATE_OFFER_200,
         in_dialog("ACK", 1, answer_sdp(8, 101)),  # not our first choice: the answer decides
-        '  <nop><action><exec play_pcap_audio="call.pcap"/></action></nop>\n',
-        '  <pause milliseconds="11000"/>\n',
-        in_dialog("BYE", 2),
-        '  <recv response="200"/>\n',
     ]
-    scenario = SCENARIO_HEAD.format(name="late") + "".join(steps) + "</scenario>\n"
-    server = bridge["sip"]
-    ended_before = len(server.ended)
-    capture = Capture(tmp_path / "loopback.pcap")
-    try:
-        code, output = run_sipp(
-            scenario, tmp_path, bridge["sip_address"], "-mi", "127.0.0.1", "-mp", str(media_port)
-        )
-    finally:
-        capture.stop()
-    assert code == 0, output
-    call = _wait_ended(server, ended_before + 1)
-    assert call.end_reason == "caller hung up"
+    call, _, _, capture = _sipp_call(bridge, clips_dir, tmp_path, opening, codec="PCMA")
     assert (call.rtp.answer.codec, call.rtp.answer.payload_type) == ("PCMA", 8)
-    turns = [t for t in call.bridge.traces if t.transcript]
-    assert turns, f"no turn was transcribed: {call.bridge.events}"
-    assert jiwer.wer("go forward ten meters", _words(turns[0].transcript)) <= 0.25
-    assert turns[0].first_audio_out_ns, "the bot did not reply"
-    rows = capture.rtp_from(call.rtp.local_port)
-    assert len(rows) >= 25, "under 0.5 s of reply RTP on the wire"
-    # The reply went where the ACK's answer said, in the codec it chose.
-    assert {(dst, port) for _, dst, port, _, _ in rows} == {("127.0.0.1", media_port)}
-    assert payload_types(capture, call.rtp.local_port) == {8}
-    assert call.bridge.closed and call.bridge.session_id not in bridge["pipeline"].router.sessions
+    assert payload_types(capture, call.rtp.local_port) == {8}  # in the codec it chose
 
 
 @pytest.mark.skipif(missing(BARESIP) is not None, reason=str(missing(BARESIP)))
