@@ -11,6 +11,7 @@ which is the same function as HF's rotate-half on un-permuted weights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -77,7 +78,7 @@ class LlamaModel:
         self.embed = load("token_embd.weight")  # (V, D)
         # SmolLM2 ties the output projection to the embedding; other models ship one.
         has_output = "output.weight" in gguf_file.tensors
-        self.lm_head = load("output.weight") if has_output else self.embed  # (V, D)
+        self.lm_head: Weight = load("output.weight") if has_output else self.embed  # (V, D)
         self.norm = load("output_norm.weight")
         self.layers = []
         for index in range(hparams.num_layers):
@@ -102,7 +103,7 @@ class LlamaModel:
                 limit = DECODE_MAX_TOKENS if self.packed else UNPACKED_DECODE_MAX_TOKENS
             self.narrow_sets.append(self._narrowed(decode_dtype, limit))
         if self.packed:
-            self.layers = [_packed(layer) for layer in self.layers]
+            self.layers = [_with_matmuls(layer, _pack) for layer in self.layers]
             self.lm_head = PackedWeight.pack(self.lm_head)  # the embedding stays plain
         half = hparams.head_dim // 2
         inv_freq = hparams.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
@@ -112,18 +113,12 @@ class LlamaModel:
         self.rope_sin = angles.sin().to(device=device, dtype=dtype)
 
     def _narrowed(self, dtype: torch.dtype, max_tokens: int) -> WeightSet:
-        layers = [
-            LayerWeights(
-                attn_norm=layer.attn_norm,
-                wqkv=convert(layer.wqkv, dtype),  # type: ignore[arg-type]
-                wo=convert(layer.wo, dtype),  # type: ignore[arg-type]
-                ffn_norm=layer.ffn_norm,
-                w_gate_up=convert(layer.w_gate_up, dtype),  # type: ignore[arg-type]
-                w_down=convert(layer.w_down, dtype),  # type: ignore[arg-type]
-            )
-            for layer in self.layers
-        ]
-        return WeightSet(max_tokens, layers, convert(self.lm_head, dtype))  # type: ignore[arg-type]
+        def narrow(weight: Weight) -> Weight:
+            assert isinstance(weight, torch.Tensor)  # narrowed from the plain weights
+            return convert(weight, dtype)
+
+        layers = [_with_matmuls(layer, narrow) for layer in self.layers]
+        return WeightSet(max_tokens, layers, narrow(self.lm_head))
 
     def weights_for(self, num_tokens: int) -> tuple[list[LayerWeights], Weight]:
         """(layers, lm_head) for a forward of `num_tokens` new tokens (B * T)."""
@@ -188,18 +183,20 @@ class LlamaModel:
         return linear(x, lm_head).float()  # (N, V)
 
 
-def _packed(layer: LayerWeights) -> LayerWeights:
-    def pack(weight: Weight) -> PackedWeight:
-        assert isinstance(weight, torch.Tensor)
-        return PackedWeight.pack(weight)
+def _pack(weight: Weight) -> PackedWeight:
+    assert isinstance(weight, torch.Tensor)
+    return PackedWeight.pack(weight)
 
+
+def _with_matmuls(layer: LayerWeights, convert_weight: Callable[[Weight], Weight]) -> LayerWeights:
+    """The layer with `convert_weight` applied to its four matmul weights (norms shared)."""
     return LayerWeights(
         attn_norm=layer.attn_norm,
-        wqkv=pack(layer.wqkv),
-        wo=pack(layer.wo),
+        wqkv=convert_weight(layer.wqkv),
+        wo=convert_weight(layer.wo),
         ffn_norm=layer.ffn_norm,
-        w_gate_up=pack(layer.w_gate_up),
-        w_down=pack(layer.w_down),
+        w_gate_up=convert_weight(layer.w_gate_up),
+        w_down=convert_weight(layer.w_down),
     )
 
 

@@ -48,13 +48,12 @@ class PackedWeight:
     rounding), no per-call repacking."""
 
     packed: torch.Tensor  # opaque oneDNN layout of an (N, K) float32 weight
-    out_features: int
 
     @classmethod
     def pack(cls, weight: torch.Tensor) -> PackedWeight:
         assert weight.dtype == torch.float32 and weight.device.type == "cpu"
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_HINT_TOKENS)
-        return cls(packed, weight.shape[0])
+        return cls(packed)
 
 
 Weight = torch.Tensor | Int8Weight | PackedWeight
