@@ -25,7 +25,6 @@ from ipc.channel import make_channel
 from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
 from ipc.ring import Consumer, Producer, RingCorrupt, dropped_records
 from pipeline.config import PipelineConfig
-from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE
 from pipeline.stage_process import StageLogs, StageProcess
 from pipeline.standby import StandbyPool
 from pipeline.status import StageStatus
@@ -329,8 +328,3 @@ class Supervisor:
     @property
     def log_dir(self) -> str:
         return self.logs.directory
-
-
-def stage_environment() -> dict[str, str]:
-    """Environment for stage processes: passive OpenMP waiting (see pipeline.openmp)."""
-    return {POLICY_VARIABLE: DEFAULT_POLICY, **os.environ}
