@@ -3,8 +3,8 @@ into the real AudioSocket server (a fake pipeline behind both; no models).
 
 Whatever arrives, the server answers or drops it without raising, its call table stays
 within `max_calls`, every call a fuzzed INVITE opened ends and gives back its sockets,
-every transaction expires, and a well-formed request afterwards is served as usual. Short in CI, 10,000 examples
-per target under `make soak`.
+every transaction expires, and a well-formed request afterwards is served as usual.
+Short in CI, 10,000 examples per target under `make soak`.
 """
 
 import asyncio
