@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from bench import asr, e2e, ipc, llm, readme, sip, tts, ws
-from pipeline.openmp import prefer_short_openmp_spin
+from pipeline.openmp import prefer_passive_openmp
 
-prefer_short_openmp_spin()
+prefer_passive_openmp()
 
 RESULTS = Path(__file__).with_name("results.json")
 

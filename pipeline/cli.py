@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from pipeline.models import ModelError
-from pipeline.openmp import prefer_short_openmp_spin
+from pipeline.openmp import prefer_passive_openmp
 
 # Before any OpenMP runtime loads (stage libraries are imported lazily below): the
 # sequential mode runs Whisper, the LLM and Piper in this very process.
-prefer_short_openmp_spin()
+prefer_passive_openmp()
 
 MODES = ("streaming", "sequential")
 

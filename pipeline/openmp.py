@@ -3,18 +3,18 @@
 CTranslate2 (ASR) and PyTorch (LLM) each bring a libgomp thread pool. After every
 parallel region libgomp lets the idle threads spin, by default ~300,000 rounds
 (milliseconds): on 2 cores one stage's spinning pool starves the next stage (we measured
-a 5x slower LLM beside an idle Whisper). Fully passive waiting, our fix until session 5,
-has the opposite cost: an LLM decode step is ~25 small ops per layer, each a parallel
-region, and each one had to wake a sleeping thread: 58 ms per step instead of 46, and
-TTFA p50 +90 ms end to end (docs/pipeline.md, "OpenMP spin"). A short spin keeps a pool
-awake between the ops of one pass and gives the core back ~0.1 ms after the pass ends.
+a 5x slower LLM beside an idle Whisper). So every process waits passively by default.
 
-libgomp reads the count once, when it loads: the CLI, the bench and the tests set it
-before any model runtime is imported, and each stage process sets its own before it
-loads its model. The LLM stage spins longer (~1 ms): its decode steps follow each other
-with ~1 ms of Python between them, and a pool asleep at the start of every step cost
-more than the spin does (TTFA p50 726 vs 805 ms, same run). A waiting policy or spin
-count set by the user wins everywhere.
+Passive waiting has a price on one conversation: an LLM decode step is ~25 small ops
+per layer, each a parallel region that wakes a sleeping thread (step 56-77 ms passive,
+45-51 ms with a short spin), and a short spin (`GOMP_SPINCOUNT=10000`, ~0.1 ms) cut the
+TTFA p50 of single sessions by ~90 ms. With 4 concurrent sessions the same spin made
+the TTFA p50 25-90% worse (the pools then hold cores other stages need). Servers carry
+concurrent calls, so passive stays the default; a single-user setup may export
+`GOMP_SPINCOUNT=10000` (docs/pipeline.md, "OpenMP spin"). A waiting policy or spin
+count set by the user wins everywhere. libgomp reads both once, when it loads: the CLI,
+the bench and the tests set the default before any model runtime is imported, and each
+stage process before it loads its model (for stages started without the CLI).
 """
 
 from __future__ import annotations
@@ -23,18 +23,12 @@ import os
 
 POLICY_VARIABLE = "OMP_WAIT_POLICY"
 SPIN_VARIABLE = "GOMP_SPINCOUNT"
-# Set next to SPIN_VARIABLE when the count is ours, so a stage may replace it.
-OURS_VARIABLE = "VOXRELAY_OPENMP_SPIN_DEFAULT"
-# libgomp estimates ~100,000 spin rounds per millisecond.
-SPIN_COUNT = 10_000
-STAGE_SPIN_COUNTS = {"llm": 100_000}
+DEFAULT_POLICY = "PASSIVE"
 
 
-def prefer_short_openmp_spin(stage: str | None = None) -> None:
-    """Set the spin default in this process (and so in the children it spawns);
-    `stage`: in a stage process, that stage's count."""
-    ours = os.environ.get(OURS_VARIABLE) == "1"
-    if not ours and (POLICY_VARIABLE in os.environ or SPIN_VARIABLE in os.environ):
+def prefer_passive_openmp() -> None:
+    """Set the passive default in this process (and so in the children it spawns),
+    unless the user chose a waiting policy or a spin count."""
+    if POLICY_VARIABLE in os.environ or SPIN_VARIABLE in os.environ:
         return
-    os.environ[SPIN_VARIABLE] = str(STAGE_SPIN_COUNTS.get(stage or "", SPIN_COUNT))
-    os.environ[OURS_VARIABLE] = "1"
+    os.environ[POLICY_VARIABLE] = DEFAULT_POLICY

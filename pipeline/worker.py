@@ -29,7 +29,7 @@ import zmq
 
 from ipc.channel import ChannelSpec, Receiver, Sender, open_receiver, open_sender
 from ipc.records import CONTROL_BODY, STAMP_BODY, ControlOp, Record, RecordKind, Stamp
-from pipeline.openmp import prefer_short_openmp_spin
+from pipeline.openmp import prefer_passive_openmp
 from pipeline.standby import LateSender, lower_own_priority, wait_for_take_over
 from pipeline.status import StageStatus
 
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s {args.stage} %(process)d %(name)s %(levelname)s %(message)s",
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
-    prefer_short_openmp_spin(args.stage)  # before the handler loads its model runtime
+    prefer_passive_openmp()  # before the handler loads its model runtime
     out, events_out = LateSender(), LateSender()
     events = Events(events_out)
     if not standby:  # a load error goes out on the events ring

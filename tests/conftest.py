@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.models import ModelError, asset_path
-from pipeline.openmp import prefer_short_openmp_spin
+from pipeline.openmp import prefer_passive_openmp
 
-prefer_short_openmp_spin()
+prefer_passive_openmp()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The OpenMP spin defaults: set where the user chose nothing, never over their choice."""
+"""The OpenMP waiting default: passive where the user chose nothing, never over their
+choice (a spin count alone counts as a choice)."""
 
 from __future__ import annotations
 
@@ -8,29 +9,17 @@ import sys
 
 import pytest
 
-from pipeline.openmp import (
-    OURS_VARIABLE,
-    POLICY_VARIABLE,
-    SPIN_COUNT,
-    SPIN_VARIABLE,
-    STAGE_SPIN_COUNTS,
-)
-
-LLM_SPIN = STAGE_SPIN_COUNTS["llm"]
+from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE, SPIN_VARIABLE
 
 
-def _spin_after(calls: list[str | None], extra: dict[str, str]) -> str:
-    """GOMP_SPINCOUNT and OMP_WAIT_POLICY in a fresh process after the given calls (a
-    parent's `prefer_short_openmp_spin()` then a stage's `(stage)`), as a stage sees them."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in (SPIN_VARIABLE, POLICY_VARIABLE, OURS_VARIABLE)
-    }
+def _after_default(extra: dict[str, str]) -> str:
+    """GOMP_SPINCOUNT and OMP_WAIT_POLICY in a fresh process after the default is set."""
+    env = {k: v for k, v in os.environ.items() if k not in (SPIN_VARIABLE, POLICY_VARIABLE)}
     env.update(extra)
-    code = "import os; from pipeline.openmp import prefer_short_openmp_spin as spin; "
-    code += "".join(f"spin({stage!r}); " for stage in calls)
-    code += f"print(os.environ.get('{SPIN_VARIABLE}'), os.environ.get('{POLICY_VARIABLE}'))"
+    code = (
+        "import os; from pipeline.openmp import prefer_passive_openmp; prefer_passive_openmp(); "
+        f"print(os.environ.get('{SPIN_VARIABLE}'), os.environ.get('{POLICY_VARIABLE}'))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
@@ -38,24 +27,12 @@ def _spin_after(calls: list[str | None], extra: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize(
-    ("calls", "expected"),
-    [
-        ([None], f"{SPIN_COUNT} None"),  # the CLI process
-        ([None, "asr"], f"{SPIN_COUNT} None"),  # a stage under the CLI
-        ([None, "llm"], f"{LLM_SPIN} None"),  # the LLM stage spins longer
-        (["llm"], f"{LLM_SPIN} None"),  # a stage started without the CLI
-    ],
-)
-def test_defaults(calls: list[str | None], expected: str) -> None:
-    assert _spin_after(calls, {}) == expected
-
-
-@pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ({POLICY_VARIABLE: "PASSIVE"}, "None PASSIVE"),
-        ({SPIN_VARIABLE: "300000"}, "300000 None"),
+        ({}, f"None {DEFAULT_POLICY}"),
+        ({POLICY_VARIABLE: "ACTIVE"}, "None ACTIVE"),
+        ({SPIN_VARIABLE: "10000"}, "10000 None"),  # the single-user opt-in
     ],
 )
-def test_the_users_choice_wins_in_every_process(extra: dict[str, str], expected: str) -> None:
-    assert _spin_after([None, "llm"], extra) == expected
+def test_default_and_the_users_choice(extra: dict[str, str], expected: str) -> None:
+    assert _after_default(extra) == expected
