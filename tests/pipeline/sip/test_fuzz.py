@@ -21,6 +21,7 @@ from pipeline.sip.config import SipConfig
 from pipeline.sip.message import parse
 from pipeline.sip.server import SipServer
 from tests.pipeline.sip.fake import FakePipeline
+from tests.pipeline.sip.test_server import _exchange
 from tests.soak import bounded_resources, examples
 
 pytestmark = pytest.mark.soak
@@ -90,13 +91,6 @@ DATAGRAMS = st.one_of(
 )
 
 
-def _options_status(address: tuple[str, int]) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(2.0)
-        sock.sendto(_request("OPTIONS", 999_999), address)
-        return parse(sock.recv(9000)).status
-
-
 def test_sip_datagrams():
     loop = asyncio.new_event_loop()
     server = SipServer(FakePipeline(), SipConfig(port=0, t1_s=0.02, max_calls=4))
@@ -132,13 +126,13 @@ def test_sip_datagrams():
             loop.run_until_complete(drained(15.0))
             assert not server.calls, "a call opened by a fuzzed INVITE never ended"
             assert not len(server.server_transactions), "transactions never expired"
-        status = loop.run_until_complete(loop.run_in_executor(None, _options_status, address))
+        replies = loop.run_until_complete(_exchange(address, _request("OPTIONS", 999_999), 2.0))
     finally:
         server.stop()
         loop.run_until_complete(asyncio.sleep(0))  # the transport closes its socket
         sink.close()
         loop.close()
-    assert status == 200
+    assert [parse(reply).status for reply in replies] == [200]
 
 
 FRAMES = st.lists(
