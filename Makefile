@@ -52,8 +52,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy ipc pipeline
 
+# A wall-clock cap on the whole run: a hang outside any one test (pytest-timeout covers
+# those), e.g. at interpreter exit, fails here in minutes instead of running out CI's clock.
 test: models system-deps lint
-	$(PY) -m pytest -q
+	timeout --kill-after=60 45m $(PY) -m pytest -q
 
 test-fast: models
 	$(PY) -m pytest -q -m "not slow"

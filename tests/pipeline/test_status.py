@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import subprocess
+import sys
 import time
 
 from pipeline.status import StageStatus
@@ -10,29 +11,40 @@ from pipeline.status import StageStatus
 # A carry through every byte: a byte-wise copy racing a read would mix the two.
 BEFORE, AFTER = 0x00FF_FFFF_FFFF_FFFF, 0x0100_0000_0000_0000
 
-
-def _flip(fd: int, seconds: float) -> None:
-    status = StageStatus.attach(fd)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for _ in range(1000):
-            status.mark_ready(BEFORE)
-            status.mark_ready(AFTER)
+# The writer is a fresh interpreter given the block's fd, as the stages are: a forked
+# child of this (threaded) test process can deadlock on a lock another thread held at
+# the fork, and a hung child then hangs the interpreter's exit (CI hit exactly that).
+_FLIP = f"""
+import sys, time
+from pipeline.status import StageStatus
+status = StageStatus.attach(int(sys.argv[1]))
+deadline = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    for _ in range(1000):
+        status.mark_ready({BEFORE})
+        status.mark_ready({AFTER})
+"""
 
 
 def test_a_reader_never_sees_half_of_a_write() -> None:
     status = StageStatus.create("test")
     status.mark_ready(BEFORE)
-    writer = multiprocessing.get_context("fork").Process(target=_flip, args=(status.fd, 1.5))
-    writer.start()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _FLIP, str(status.fd), "1.5"], pass_fds=[status.fd]
+    )
     try:
+        # Read only once the writer flips (its interpreter takes a moment to start).
+        start = time.monotonic()
+        while status.ready_ns == BEFORE and time.monotonic() - start < 30:
+            time.sleep(0.001)
         seen: set[int] = set()
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             seen.update(status.ready_ns for _ in range(1000))
+        assert writer.wait(30) == 0
     finally:
-        writer.join(10)
-    assert writer.exitcode == 0
+        writer.kill()
+        writer.wait()
     assert seen == {BEFORE, AFTER}, {hex(v) for v in seen - {BEFORE, AFTER}}
     status.close()
 
