@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 MODELS = ("tiny.en", "base")
 COMPUTE_TYPES = ("int8", "int8_float32", "float32")
+TEXT_DECODERS = ("native", "ctranslate2")
 # Whisper's encoder sees at most 30 s; the decoded audio is the utterance plus both pads.
 WHISPER_WINDOW_S = 30.0
 
@@ -18,6 +19,9 @@ class ASRConfig:
     compute_type: str = "int8"
     cpu_threads: int = 2
     beam_size: int = 1
+    # Whisper's text decoder: "native" (asr/textdecoder.py: greedy, takes the stable
+    # words as a prefix in one pass) or "ctranslate2" (its own generate; beam search).
+    text_decoder: str = "native"
     vad_threshold: float = 0.5
     # Voiced audio before a SpeechStart. It is also the floor of barge-in latency (speech
     # start -> clear at the sink must stay under 100 ms), so it is two VAD windows; coughs
@@ -51,6 +55,15 @@ class ASRConfig:
             raise ValueError(f"ASRConfig.cpu_threads must be >= 1, got {self.cpu_threads}")
         if not 1 <= self.beam_size <= 10:
             raise ValueError(f"ASRConfig.beam_size must be in 1..10, got {self.beam_size}")
+        if self.text_decoder not in TEXT_DECODERS:
+            raise ValueError(
+                f"ASRConfig.text_decoder must be one of {TEXT_DECODERS}, got {self.text_decoder!r}"
+            )
+        if self.text_decoder == "native" and self.beam_size > 1:
+            raise ValueError(
+                "ASRConfig.beam_size > 1 needs text_decoder='ctranslate2' "
+                "(the native decoder is greedy)"
+            )
         if not 0.05 < self.vad_threshold < 0.95:
             raise ValueError(
                 f"ASRConfig.vad_threshold must be in (0.05, 0.95), got {self.vad_threshold}"

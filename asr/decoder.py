@@ -21,10 +21,12 @@ from dataclasses import dataclass
 
 import ctranslate2
 import numpy as np
+import torch
 from faster_whisper import WhisperModel
 from faster_whisper.tokenizer import Tokenizer
 
 from asr.config import ASRConfig
+from asr.textdecoder import TextDecoder, load_text_decoder
 
 SAMPLE_RATE = 16_000
 HOP_SAMPLES = 160  # one mel frame per 10 ms
@@ -115,16 +117,25 @@ class WhisperDecoder:
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
         self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        self._text_decoder: TextDecoder | None = None
+        if config.text_decoder == "native":
+            from pipeline.models import asset_path
 
-    def decode(self, audio: np.ndarray) -> Transcript:
-        """Transcribe one utterance (16 kHz mono float32, at most 30 s)."""
+            self._text_decoder = load_text_decoder(str(asset_path(config.model)))
+
+    def decode(self, audio: np.ndarray, guess: str = "") -> Transcript:
+        """Transcribe one utterance (16 kHz mono float32, at most 30 s). `guess`: what the
+        last decode of this utterance heard; the native decoder checks it in one batched
+        pass and steps only where it fails (asr/textdecoder.py). It changes the cost, not
+        the text; CTranslate2 ignores it."""
         assert audio.ndim == 1 and audio.size <= FULL_FRAMES * HOP_SAMPLES, audio.shape
         started = time.perf_counter()
         audio_frames = math.ceil(audio.size / HOP_SAMPLES)
         frames = min(FULL_FRAMES, max(self._min_frames, audio_frames + TRAILING_CONTEXT_FRAMES))
         seconds = audio.size / SAMPLE_RATE
         max_tokens = min(MAX_TOKENS, MIN_TOKENS + int(TOKENS_PER_S * seconds))
-        text, hit_budget = self._run(audio, frames, max_tokens)
+        draft = self._tokenizer.encode(" " + guess) if guess and self._text_decoder else []
+        text, hit_budget = self._run(audio, frames, max_tokens, draft)
         retried = False
         looped = (
             hit_budget
@@ -134,7 +145,7 @@ class WhisperDecoder:
         )
         if frames < FULL_FRAMES and looped:
             retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
-            text, _ = self._run(audio, FULL_FRAMES, retry_tokens)
+            text, _ = self._run(audio, FULL_FRAMES, retry_tokens, [])
             frames, retried = FULL_FRAMES, True
         # Even the full window can stick on a short utterance's last word; the copies
         # are never speech worth passing on.
@@ -142,12 +153,16 @@ class WhisperDecoder:
         decode_ms = (time.perf_counter() - started) * 1000
         return Transcript(text.strip(), decode_ms, frames, retried)
 
-    def _run(self, audio: np.ndarray, frames: int, max_tokens: int) -> tuple[str, bool]:
+    def _run(
+        self, audio: np.ndarray, frames: int, max_tokens: int, draft: list[int]
+    ) -> tuple[str, bool]:
         padded = np.zeros(frames * HOP_SAMPLES, np.float32)
         padded[: audio.size] = audio
         # (80, frames): log-mel over the audio and its silence padding, as Whisper was trained.
         mel = self._model.feature_extractor(padded, padding=0)[:, :frames]
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+        if self._text_decoder is not None:
+            return self._run_native(features, max_tokens, draft)
         encoded = self._model.model.encode(features, to_cpu=False)
         result = self._model.model.generate(
             encoded,
@@ -163,4 +178,24 @@ class WhisperDecoder:
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_FLOOR:
             return "", False
+        return self._tokenizer.decode(tokens), len(tokens) + len(self._prompt) >= max_tokens
+
+    def _run_native(
+        self, features: ctranslate2.StorageView, max_tokens: int, draft: list[int]
+    ) -> tuple[str, bool]:
+        assert self._text_decoder is not None
+        encoded = self._model.model.encode(features, to_cpu=True)
+        hidden = torch.from_numpy(np.array(encoded)[0])  # (frames / 2, d), a copy
+        result = self._text_decoder.decode(
+            hidden,
+            self._prompt,
+            draft,
+            max_tokens,
+            self._tokenizer.eot,
+            self._tokenizer.no_speech,
+        )
+        avg_logprob = result.sum_logprob / (len(result.tokens) + 1)  # the silence rule above
+        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_FLOOR:
+            return "", False
+        tokens = result.tokens
         return self._tokenizer.decode(tokens), len(tokens) + len(self._prompt) >= max_tokens

@@ -36,6 +36,7 @@ from asr.events import (
     SpeculativeEnd,
     SpeechStart,
 )
+from asr.textdecoder import load_text_decoder
 from asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
 from asr.vad import WINDOW_SAMPLES, StreamingVAD, load_vad_model
 
@@ -56,6 +57,8 @@ def load_asr(config: ASRConfig) -> tuple[WhisperModel, SileroVADModel]:
         compute_type=config.compute_type,
         cpu_threads=config.cpu_threads,
     )
+    if config.text_decoder == "native":
+        load_text_decoder(str(asset_path(config.model)))  # cached: streams share it
     return model, load_vad_model()
 
 
@@ -260,7 +263,10 @@ class ASRStream:
         if self._before_decode is not None:
             self._before_decode()
         started_ns = time.perf_counter_ns()
-        transcript = self._decoder.decode(self._audio.read(start, until))
+        # The last decode's text is a good guess at this one's while the window has not slid.
+        last = utterance.last
+        guess = last.transcript.text if last and start == utterance.audio_start else ""
+        transcript = self._decoder.decode(self._audio.read(start, until), guess)
         self._budget.record(started_ns, time.perf_counter_ns())
         utterance.last = _Decoded(transcript, until)
         self._last_decode_ms = transcript.decode_ms

@@ -1,0 +1,373 @@
+"""Whisper's text decoder in PyTorch, fed the CTranslate2 encoder's output.
+
+Why not CTranslate2's `generate`: the stream re-decodes a growing utterance, and each
+decode mostly repeats the text the last one found; `generate` pays a step (~8 ms here)
+for every token of it. Here the last decode's text is a draft: the prompt and the draft
+go through the decoder in one batched pass, the vocabulary projection runs only on the
+rows it needs, and the greedy choice at each row is checked against the draft. Steps
+start only where the guess fails (new words, a revised one), so the end-of-turn decode
+steps through the last word or two instead of the whole utterance (docs/asr.md,
+"Native text decoder"). The text is greedy decoding's, draft or not, up to int8
+rounding (see `TextDecoder.decode`).
+
+Weights come from the same `model.bin` CTranslate2 loads (float16 there), in int8 with
+one scale per output row: memory bandwidth is this box's bottleneck (the float32
+vocabulary projection alone took 13 ms a step). Kernels per shape, chosen by measurement
+(docs/asr.md): `_weight_int8pack_mm` (bfloat16 activations) for single-token steps,
+fbgemm's dynamic int8 GEMM for the batched pass and the vocabulary projection, float32
+for the cross-attention keys/values of the encoder frames (int8 there cost accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import threading
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MAX_POSITIONS = 448  # Whisper's text context
+# CTranslate2's variable types (ctranslate2/types.h) that a Whisper model.bin uses.
+_CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
+
+
+def read_ct2_model(path: Path) -> dict[str, np.ndarray]:
+    """The variables of a CTranslate2 `model.bin` (format version 6), aliases resolved."""
+    data = path.read_bytes()
+    offset = 0
+
+    def take(fmt: str) -> int:
+        nonlocal offset
+        (value,) = struct.unpack_from(fmt, data, offset)
+        offset += struct.calcsize(fmt)
+        return int(value)
+
+    def text() -> str:
+        nonlocal offset
+        size = take("<H")  # includes the trailing NUL
+        value = data[offset : offset + size - 1].decode()
+        offset += size
+        return value
+
+    version = take("<I")
+    if version != 6:
+        raise ValueError(f"{path}: CTranslate2 model format {version}, this reader knows 6")
+    text()  # spec name
+    take("<I")  # spec revision
+    variables: dict[str, np.ndarray] = {}
+    for _ in range(take("<I")):
+        name = text()
+        shape = [take("<I") for _ in range(take("<B"))]
+        dtype = np.dtype(_CT2_DTYPES[take("<B")])
+        size = take("<I")
+        variables[name] = np.frombuffer(
+            data, dtype, count=size // dtype.itemsize, offset=offset
+        ).reshape(shape)
+        offset += size
+    for _ in range(take("<I")):
+        alias, target = text(), text()
+        variables[alias] = variables[target]
+    assert offset == len(data), (offset, len(data))
+    return variables
+
+
+# Below this many rows (single-token steps) a layer uses the weight-only int8 kernel,
+# whose cost grows with the rows; from it on (checks of a guess) fbgemm's int8 GEMM.
+_GEMM_ROWS = 2
+
+
+def _int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) float32 -> int8 (N, K) and one float32 scale per output row (N,)."""
+    scales = (weight.abs().amax(1) / 127).clamp(min=1e-8)
+    return (weight / scales[:, None]).round().clamp(-127, 127).to(torch.int8), scales
+
+
+def _fbgemm_pack(rows: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> Any:
+    with warnings.catch_warnings():
+        # torch marks quantized tensors deprecated; torch is pinned (pyproject.toml).
+        warnings.simplefilter("ignore", UserWarning)
+        quantized = torch._make_per_channel_quantized_tensor(
+            rows, scales.double(), torch.zeros(len(scales), dtype=torch.long), 0
+        )
+    return torch.ops.quantized.linear_prepack(quantized, bias)
+
+
+def _fbgemm(x: torch.Tensor, packed: Any) -> torch.Tensor:
+    # reduce_range: 7-bit activations, so AVX2's u8 x s8 pair sums cannot saturate.
+    return torch.ops.quantized.linear_dynamic(x, packed, True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Linear:
+    """A decoder layer's linear map, weights int8 with one scale per output row. One row
+    (a step): bfloat16 activations (`_weight_int8pack_mm`); more (a checked guess):
+    activations quantized per call (fbgemm), whose cost hardly grows with the rows.
+    Memory bandwidth is what this box lacks (float32 weights: 472 us per 8-row GEMM,
+    int8: ~200 us)."""
+
+    rows: torch.Tensor  # (N, K) int8
+    scales: torch.Tensor  # (N,) bfloat16
+    bias: torch.Tensor  # (N,) float32
+    packed: Any  # the same weights and bias packed for fbgemm (a LinearPackedParams)
+
+    @classmethod
+    def from_ct2(cls, weight: np.ndarray, bias: np.ndarray) -> _Linear:
+        rows, scales = _int8_rows(torch.from_numpy(weight.astype(np.float32)))
+        bias_t = torch.from_numpy(bias.astype(np.float32))
+        return cls(rows, scales.to(torch.bfloat16), bias_t, _fbgemm_pack(rows, scales, bias_t))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] >= _GEMM_ROWS:
+            return _fbgemm(x, self.packed)
+        out = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.rows, self.scales)
+        return out.float() + self.bias
+
+
+@dataclass(frozen=True, slots=True)
+class _Dense:
+    """float32 linear map, for the cross-attention keys and values of the encoder frames
+    (hundreds of rows, compute-bound; int8 there cost accuracy: docs/asr.md)."""
+
+    weight: torch.Tensor  # (N, K)
+    bias: torch.Tensor  # (N,)
+
+    @classmethod
+    def from_ct2(cls, weight: np.ndarray, bias: np.ndarray) -> _Dense:
+        return cls(*(torch.from_numpy(v.astype(np.float32)) for v in (weight, bias)))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+@dataclass(frozen=True, slots=True)
+class _Projection:
+    """The vocabulary projection (51,864 x d, no bias) through fbgemm: 20 MB of int8
+    weights that stream from memory every step; `_weight_int8pack_mm` was 2-3x slower."""
+
+    packed: Any
+
+    @classmethod
+    def from_ct2(cls, weight: np.ndarray) -> _Projection:
+        return cls(_fbgemm_pack(*_int8_rows(torch.from_numpy(weight.astype(np.float32))), None))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return _fbgemm(x, self.packed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Norm:
+    gamma: torch.Tensor
+    beta: torch.Tensor
+
+    @classmethod
+    def from_ct2(cls, variables: dict[str, np.ndarray], name: str) -> _Norm:
+        gamma, beta = (variables[f"{name}/{part}"].astype(np.float32) for part in ("gamma", "beta"))
+        return cls(torch.from_numpy(gamma), torch.from_numpy(beta))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    self_norm: _Norm
+    qkv: _Linear  # fused (3d, d); Whisper's key projection has no bias (stored as zeros)
+    self_out: _Linear
+    cross_norm: _Norm
+    cross_query: _Linear
+    cross_kv: _Dense  # fused (2d, d), applied to the encoder output once per decode
+    cross_out: _Linear
+    ffn_norm: _Norm
+    ffn_in: _Linear
+    ffn_out: _Linear
+
+
+# Tokens guessed ahead per check after a failed guess, and the longest run of recent
+# tokens looked up in the draft to place it (3, 2, then 1 token).
+_MAX_GUESS = 16
+_LOOKUP_TOKENS = 3
+
+
+def _continuation(tokens: list[int], draft: list[int], floor: int) -> tuple[list[int], int]:
+    """What follows the end of `tokens` in `draft` (first match at or after `floor` of
+    their last 3, 2 or 1 tokens; [] when none), and the new floor."""
+    for size in range(min(_LOOKUP_TOKENS, len(tokens)), 0, -1):
+        tail = tokens[-size:]
+        for index in range(max(0, floor - size), len(draft) - size):
+            if draft[index : index + size] == tail:
+                return draft[index + size :], index + size
+    return [], floor
+
+
+@dataclass(frozen=True, slots=True)
+class TextDecode:
+    tokens: list[int]  # without EOT
+    accepted: int  # tokens the draft guessed right (each saved a decoder step)
+    sum_logprob: float  # over the generated tokens and the EOT
+    no_speech_prob: float  # at the start-of-transcript position
+
+
+class TextDecoder:
+    """Greedy decoding checked against a draft; one instance per model, shared by streams."""
+
+    def __init__(self, model_dir: Path) -> None:
+        variables = read_ct2_model(model_dir / "model.bin")
+        config = json.loads((model_dir / "config.json").read_text())
+        embeddings = variables["decoder/embeddings/weight"]  # (vocab, d) float16
+        self._embeddings = torch.from_numpy(embeddings.copy())
+        # The output projection is the embedding matrix; only ever applied to 1-2 rows.
+        self._head = _Projection.from_ct2(embeddings)
+        self._positions = torch.from_numpy(
+            variables["decoder/position_encodings/encodings"].astype(np.float32)
+        )  # (448, d)
+        self._heads = int(variables["decoder/num_heads"])
+        self._width = self._embeddings.shape[1]
+        head_width = self._width // self._heads
+        # Softmax scale 1/sqrt(D) folded into the query rows (exact under per-row scales).
+        query_scale = np.ones(3 * self._width, np.float32)
+        query_scale[: self._width] = head_width**-0.5
+        self._layers = []
+        index = 0
+        while f"decoder/layer_{index}/ffn/linear_0/weight" in variables:
+            prefix = f"decoder/layer_{index}"
+
+            def linear(name: str, scale: float | np.ndarray = 1.0, prefix: str = prefix) -> _Linear:
+                weight, bias = (variables[f"{prefix}/{name}/{part}"] for part in ("weight", "bias"))
+                scale = np.asarray(scale, np.float32).reshape(-1)
+                return _Linear.from_ct2(weight * scale[:, None], bias * scale)
+
+            def dense(name: str, prefix: str = prefix) -> _Dense:
+                weight, bias = (variables[f"{prefix}/{name}/{part}"] for part in ("weight", "bias"))
+                return _Dense.from_ct2(weight, bias)
+
+            def norm(name: str, prefix: str = prefix) -> _Norm:
+                return _Norm.from_ct2(variables, f"{prefix}/{name}/layer_norm")
+
+            self._layers.append(
+                _Layer(
+                    norm("self_attention"),
+                    linear("self_attention/linear_0", query_scale),
+                    linear("self_attention/linear_1"),
+                    norm("attention"),
+                    linear("attention/linear_0", head_width**-0.5),
+                    dense("attention/linear_1"),
+                    linear("attention/linear_2"),
+                    norm("ffn"),
+                    linear("ffn/linear_0"),
+                    linear("ffn/linear_1"),
+                )
+            )
+            index += 1
+        self._final_norm = _Norm.from_ct2(variables, "decoder/layer_norm")
+        self._suppress = torch.tensor(config["suppress_ids"])
+        self._suppress_begin = torch.tensor(config["suppress_ids_begin"])
+        # (layers, 2, H, positions, D): keys and values of the text so far, written in place.
+        self._cache = torch.zeros(len(self._layers), 2, self._heads, MAX_POSITIONS, head_width)
+        self._lock = threading.Lock()  # the cache is this instance's: one decode at a time
+
+    @torch.inference_mode()
+    def decode(
+        self,
+        encoded: torch.Tensor,
+        prompt: list[int],
+        draft: list[int],
+        max_tokens: int,
+        eot: int,
+        no_speech: int,
+    ) -> TextDecode:
+        """Greedy text for `encoded` (frames, d) after `prompt`, at most `max_tokens` in all
+        (prompt included), stopping at `eot`. `draft` is a guess at the text (the last
+        decode of this utterance): it goes through the decoder with the prompt in one
+        batched pass and each row's greedy choice is checked against it. Where the guess
+        fails, the text so far is looked up in the draft again (a revised word: the rest
+        often still holds) and the continuation checked in one pass from there. Each right
+        token saves a decoder step; the text is the greedy one whatever the guess, but for
+        int8 rounding: the rows of one pass share their activation scales (fbgemm
+        quantizes per call), so a near-tie between two tokens can fall the other way."""
+        assert len(prompt) < max_tokens <= MAX_POSITIONS, (prompt, max_tokens)
+        room = max_tokens - len(prompt)
+        with self._lock:
+            cross = [self._cross_inputs(layer, encoded) for layer in self._layers]
+            guess = draft[:room]
+            hidden = self._forward(prompt + guess, 0, cross)  # (prompt + guess, d)
+            # Projected only where read: at start of transcript (the no-speech probability),
+            # after the prompt and after each guessed token. (2 + len(guess), vocab)
+            logits = self._head(hidden[[0, *range(len(prompt) - 1, len(hidden))]])
+            no_speech_prob = float(logits[0].softmax(-1)[no_speech])
+            logits[1, self._suppress_begin] = -math.inf  # no blank or EOT first
+            rows = list(logits[1:])  # rows[i]: the next token's logits if guess[:i] holds
+            tokens: list[int] = []
+            sum_logprob, accepted = 0.0, 0
+            floor = 0  # draft position after the last token guessed right
+            while True:
+                if not rows:  # guess again from the draft, checked in one pass
+                    guess, floor = _continuation(tokens, draft, floor)
+                    guess = guess[: min(_MAX_GUESS, room - len(tokens))]
+                    position = len(prompt) + len(tokens) - 1
+                    rows = list(self._head(self._forward(tokens[-1:] + guess, position, cross)))
+                row = rows.pop(0)
+                row[self._suppress] = -math.inf
+                logprobs = row.log_softmax(-1)
+                token = int(logprobs.argmax())
+                sum_logprob += float(logprobs[token])
+                if token == eot:
+                    break
+                if rows and token == guess[0]:
+                    guess, floor, accepted = guess[1:], floor + 1, accepted + 1
+                else:
+                    rows.clear()  # rows after a wrong guess saw the wrong text
+                tokens.append(token)
+                if len(tokens) >= room:
+                    break
+        return TextDecode(tokens, accepted, sum_logprob, no_speech_prob)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], self._heads, -1).transpose(0, 1)  # (T, d) -> (H, T, D)
+
+    def _cross_inputs(self, layer: _Layer, encoded: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Cross-attention keys, transposed (H, D, frames), and values (H, frames, D)."""
+        key, value = layer.cross_kv(encoded).split(self._width, -1)
+        return self._split_heads(key).transpose(1, 2).contiguous(), self._split_heads(value)
+
+    def _forward(
+        self, tokens: list[int], start: int, cross: list[tuple[torch.Tensor, ...]]
+    ) -> torch.Tensor:
+        """Hidden states (len(tokens), d) of `tokens` at positions start...; the cache must
+        hold positions before `start`."""
+        count, end = len(tokens), start + len(tokens)
+        x = self._embeddings[tokens].float() + self._positions[start:end]  # (T, d)
+        for index, layer in enumerate(self._layers):
+            query, key, value = layer.qkv(layer.self_norm(x)).split(self._width, -1)
+            cache = self._cache[index]  # (2, H, positions, D)
+            cache[0, :, start:end] = self._split_heads(key)
+            cache[1, :, start:end] = self._split_heads(value)
+            keys, values = cache[0, :, :end], cache[1, :, :end]
+            if count > 1:  # a batched pass: query i sees the keys up to position start + i
+                mask = torch.ones(count, end, dtype=torch.bool).tril(start)
+                attended = F.scaled_dot_product_attention(
+                    self._split_heads(query), keys, values, attn_mask=mask, scale=1.0
+                )
+            else:  # one query: three plain ops beat SDPA's dispatch (~250 us) here
+                weights = torch.bmm(self._split_heads(query), keys.transpose(1, 2)).softmax(-1)
+                attended = torch.bmm(weights, values)  # (H, 1, D)
+            x = x + layer.self_out(attended.transpose(0, 1).reshape(count, self._width))
+            cross_keys_t, cross_values = cross[index]
+            query = self._split_heads(layer.cross_query(layer.cross_norm(x)))
+            attended = torch.bmm(torch.bmm(query, cross_keys_t).softmax(-1), cross_values)
+            x = x + layer.cross_out(attended.transpose(0, 1).reshape(count, self._width))
+            x = x + layer.ffn_out(F.gelu(layer.ffn_in(layer.ffn_norm(x))))
+        return self._final_norm(x)
+
+
+@lru_cache(maxsize=4)
+def load_text_decoder(model_dir: str) -> TextDecoder:
+    """One decoder per model directory and process (its KV cache is reused per decode)."""
+    return TextDecoder(Path(model_dir))
