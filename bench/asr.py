@@ -9,10 +9,16 @@ the worker's input ring would). Latency = wall time the event was returned minus
 
 RTF and WER: every reference clip through `transcribe_file` as fast as the CPU allows
 (VAD + end-of-utterance decodes, no partials), normalised as tests/asr does it.
+
+tiny.en's real-time clips also go through CTranslate2's own text decoder
+(`text_decoder="ctranslate2"`), clip by clip in turn with the native one, so the two
+decoders' latencies and real-time WER (the Finals of the streamed clips, partials on)
+come from the same minutes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -50,11 +56,13 @@ Models = tuple[WhisperModel, SileroVADModel]
 
 def _realtime_latencies(
     models: Models, config: ASRConfig, audio: np.ndarray
-) -> dict[str, list[float]]:
-    """Speech end -> event returned (ms) for one clip fed at real-time pace."""
+) -> tuple[dict[str, list[float]], str]:
+    """Speech end -> event returned (ms) for one clip fed at real-time pace, and the
+    clip's transcript (its Finals joined)."""
     stream = ASRStream(config, *models)
     audio = np.concatenate([audio, silence(TRAILING_SILENCE_S)])
     latencies: dict[str, list[float]] = {"final": [], "speculative": []}
+    texts: list[str] = []
     start_ns = time.perf_counter_ns()
     arrival_ns = start_ns
     for offset in range(0, audio.size, FRAME_SAMPLES):
@@ -63,16 +71,17 @@ def _realtime_latencies(
         if wait_s > 0:
             time.sleep(wait_s)
         events = stream.feed(audio[offset : offset + FRAME_SAMPLES], SAMPLE_RATE, 1, arrival_ns)
-        _collect(events, latencies)
-    _collect(stream.flush(arrival_ns), latencies)
-    return latencies
+        _collect(events, latencies, texts)
+    _collect(stream.flush(arrival_ns), latencies, texts)
+    return latencies, " ".join(texts)
 
 
-def _collect(events: list[ASREvent], latencies: dict[str, list[float]]) -> None:
+def _collect(events: list[ASREvent], latencies: dict[str, list[float]], texts: list[str]) -> None:
     returned_ns = time.perf_counter_ns()
     for event in events:
         if isinstance(event, Final):
             latencies["final"].append((returned_ns - event.speech_end_ns) / 1e6)
+            texts.append(event.text)
         elif isinstance(event, SpeculativeEnd):
             latencies["speculative"].append((returned_ns - event.speech_end_ns) / 1e6)
 
@@ -96,18 +105,31 @@ def _measure(model: str, items: list, clips: Path) -> dict[str, float]:
     models = load_asr(config)
     # The offline pass first: it also warms the model up before the timed real-time runs.
     wer, busy_s, audio_s = _offline(models, config, items)
-    latencies: dict[str, list[float]] = {"final": [], "speculative": []}
-    for name in REALTIME_CLIPS:
-        for kind, values in _realtime_latencies(models, config, read_clip(clips / name)).items():
-            latencies[kind] += values
+    variants = {model: config}
+    if model == "tiny.en":  # the text decoders side by side, clip by clip (same minutes)
+        variants[f"{model}.ctranslate2"] = dataclasses.replace(config, text_decoder="ctranslate2")
+    references = {path.relative_to(clips).as_posix(): text for path, _raw, text in items}
     results = {
         f"asr.wer.{model}": round(wer, 3),
         f"asr.rtf.{model}": round(busy_s / audio_s, 3),
-        f"asr.finals.{model}": float(len(latencies["final"])),
     }
-    for kind, values in latencies.items():
-        for pct in (50, 95):
-            results[f"asr.{kind}_ms.p{pct}.{model}"] = round(float(np.percentile(values, pct)), 1)
+    latencies = {name: {"final": [], "speculative": []} for name in variants}
+    heard: dict[str, list[str]] = {name: [] for name in variants}
+    for clip in REALTIME_CLIPS:
+        audio = read_clip(clips / clip)
+        for name, variant in variants.items():
+            clip_latencies, text = _realtime_latencies(models, variant, audio)
+            for kind, values in clip_latencies.items():
+                latencies[name][kind] += values
+            heard[name].append(normalize(text))
+    truths = [normalize(references[clip]) for clip in REALTIME_CLIPS]
+    for name in variants:
+        results[f"asr.finals.{name}"] = float(len(latencies[name]["final"]))
+        results[f"asr.wer_realtime.{name}"] = round(float(jiwer.wer(truths, heard[name])), 3)
+        for kind, values in latencies[name].items():
+            for pct in (50, 95):
+                value = float(np.percentile(values, pct))
+                results[f"asr.{kind}_ms.p{pct}.{name}"] = round(value, 1)
     return results
 
 
@@ -123,6 +145,10 @@ def run() -> dict[str, float]:
     for key in ("final_ms.p50", "speculative_ms.p50", "rtf"):
         results[f"asr.base_over_tiny.{key}"] = round(
             results[f"asr.{key}.base"] / results[f"asr.{key}.tiny.en"], 2
+        )
+    for key in ("final_ms.p50", "speculative_ms.p50", "speculative_ms.p95"):
+        results[f"asr.native_over_ctranslate2.{key}"] = round(
+            results[f"asr.{key}.tiny.en"] / results[f"asr.{key}.tiny.en.ctranslate2"], 2
         )
     return results
 
@@ -146,6 +172,16 @@ def table(results: dict[str, float]) -> str:
         f"base / tiny.en: final p50 {results['asr.base_over_tiny.final_ms.p50']:.2f}x, "
         f"speculative p50 {results['asr.base_over_tiny.speculative_ms.p50']:.2f}x, "
         f"RTF {results['asr.base_over_tiny.rtf']:.2f}x"
+    )
+    native, ct2 = "tiny.en", "tiny.en.ctranslate2"
+    lines.append(
+        "tiny.en text decoder, native (draft-checked) vs CTranslate2, same clips in turn: "
+        f"speculative p50 {results[f'asr.speculative_ms.p50.{native}']:.1f} vs "
+        f"{results[f'asr.speculative_ms.p50.{ct2}']:.1f} ms "
+        f"({results['asr.native_over_ctranslate2.speculative_ms.p50']:.2f}x), "
+        f"p95 {results[f'asr.speculative_ms.p95.{native}']:.1f} vs "
+        f"{results[f'asr.speculative_ms.p95.{ct2}']:.1f}, real-time WER "
+        f"{results[f'asr.wer_realtime.{native}']:.3f} vs {results[f'asr.wer_realtime.{ct2}']:.3f}"
     )
     return "\n".join(lines)
 

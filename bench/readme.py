@@ -38,6 +38,15 @@ ROWS: tuple[tuple[str, str], ...] = (
     ),
     ("ASR tiny.en: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.tiny.en"),
     ("ASR tiny.en: end of speech -> SpeculativeEnd, p50 (ms)", "asr.speculative_ms.p50.tiny.en"),
+    (
+        "ASR tiny.en, CTranslate2's text decoder: -> SpeculativeEnd, p50 (ms)",
+        "asr.speculative_ms.p50.tiny.en.ctranslate2",
+    ),
+    (
+        "ASR SpeculativeEnd p50, native text decoder / CTranslate2's",
+        "asr.native_over_ctranslate2.speculative_ms.p50",
+    ),
+    ("ASR WER of the streamed clips (partials on), tiny.en", "asr.wer_realtime.tiny.en"),
     ("ASR base: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.base"),
     ("ASR real-time factor, tiny.en", "asr.rtf.tiny.en"),
     ("ASR real-time factor, base", "asr.rtf.base"),
