@@ -197,8 +197,9 @@ _LOOKUP_TOKENS = 3
 
 
 def _continuation(tokens: list[int], draft: list[int], floor: int) -> tuple[list[int], int]:
-    """What follows the end of `tokens` in `draft` (first match at or after `floor` of
-    their last 3, 2 or 1 tokens; [] when none), and the new floor."""
+    """What follows the end of `tokens` in `draft`, and the new floor: the first match
+    of their last 3, 2 or 1 tokens (longest first) that ends at or after `floor`;
+    ([], floor) when none."""
     for size in range(min(_LOOKUP_TOKENS, len(tokens)), 0, -1):
         tail = tokens[-size:]
         for index in range(max(0, floor - size), len(draft) - size):
@@ -223,7 +224,7 @@ class TextDecoder:
         config = json.loads((model_dir / "config.json").read_text())
         embeddings = variables["decoder/embeddings/weight"]  # (vocab, d) float16
         self._embeddings = torch.from_numpy(embeddings.copy())
-        # The output projection is the embedding matrix; only ever applied to 1-2 rows.
+        # The output projection is the embedding matrix, applied only to the rows read.
         self._head = _Projection.from_ct2(embeddings)
         self._positions = torch.from_numpy(
             variables["decoder/position_encodings/encodings"].astype(np.float32)
