@@ -183,7 +183,6 @@ class _Layer:
     self_out: _Linear
     cross_norm: _Norm
     cross_query: _Linear
-    cross_kv: _Dense  # fused (2d, d), applied to the encoder output once per decode
     cross_out: _Linear
     ffn_norm: _Norm
     ffn_in: _Linear
@@ -245,10 +244,6 @@ class TextDecoder:
                 scale = np.asarray(scale, np.float32).reshape(-1)
                 return _Linear.from_ct2(weight * scale[:, None], bias * scale)
 
-            def dense(name: str, prefix: str = prefix) -> _Dense:
-                weight, bias = (variables[f"{prefix}/{name}/{part}"] for part in ("weight", "bias"))
-                return _Dense.from_ct2(weight, bias)
-
             def norm(name: str, prefix: str = prefix) -> _Norm:
                 return _Norm.from_ct2(variables, f"{prefix}/{name}/layer_norm")
 
@@ -259,7 +254,6 @@ class TextDecoder:
                     linear("self_attention/linear_1"),
                     norm("attention"),
                     linear("attention/linear_0", head_width**-0.5),
-                    dense("attention/linear_1"),
                     linear("attention/linear_2"),
                     norm("ffn"),
                     linear("ffn/linear_0"),
@@ -267,6 +261,13 @@ class TextDecoder:
                 )
             )
             index += 1
+        # Every layer's cross-attention keys and values: one (layers x 2d, d) GEMM over
+        # the encoder frames per decode.
+        cross = [f"decoder/layer_{i}/attention/linear_1" for i in range(index)]
+        self._cross_kv = _Dense.from_ct2(
+            np.concatenate([variables[f"{name}/weight"] for name in cross]),
+            np.concatenate([variables[f"{name}/bias"] for name in cross]),
+        )
         self._final_norm = _Norm.from_ct2(variables, "decoder/layer_norm")
         self._suppress = torch.tensor(config["suppress_ids"])
         self._suppress_begin = torch.tensor(config["suppress_ids_begin"])
@@ -296,7 +297,7 @@ class TextDecoder:
         assert len(prompt) < max_tokens <= MAX_POSITIONS, (prompt, max_tokens)
         room = max_tokens - len(prompt)
         with self._lock:
-            cross = [self._cross_inputs(layer, encoded) for layer in self._layers]
+            cross = self._cross_inputs(encoded)
             guess = draft[:room]
             hidden = self._forward(prompt + guess, 0, cross)  # (prompt + guess, d)
             # Projected only where read: at start of transcript (the no-speech probability),
@@ -333,13 +334,17 @@ class TextDecoder:
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], self._heads, -1).transpose(0, 1)  # (T, d) -> (H, T, D)
 
-    def _cross_inputs(self, layer: _Layer, encoded: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Cross-attention keys, transposed (H, D, frames), and values (H, frames, D)."""
-        key, value = layer.cross_kv(encoded).split(self._width, -1)
-        return self._split_heads(key).transpose(1, 2).contiguous(), self._split_heads(value)
+    def _cross_inputs(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer: cross-attention keys, transposed (H, D, frames), and values
+        (H, frames, D)."""
+        keys_values = self._cross_kv(encoded).split(self._width, -1)  # 2 x layers (frames, d)
+        return [
+            (self._split_heads(key).transpose(1, 2).contiguous(), self._split_heads(value))
+            for key, value in zip(keys_values[::2], keys_values[1::2], strict=True)
+        ]
 
     def _forward(
-        self, tokens: list[int], start: int, cross: list[tuple[torch.Tensor, ...]]
+        self, tokens: list[int], start: int, cross: list[tuple[torch.Tensor, torch.Tensor]]
     ) -> torch.Tensor:
         """Hidden states (len(tokens), d) of `tokens` at positions start...; the cache must
         hold positions before `start`."""
