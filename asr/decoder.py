@@ -26,7 +26,6 @@ from faster_whisper import WhisperModel
 from faster_whisper.tokenizer import Tokenizer
 
 from asr.config import ASRConfig
-from asr.features import LogMel
 from asr.textdecoder import TextDecoder, load_text_decoder
 
 SAMPLE_RATE = 16_000
@@ -118,7 +117,6 @@ class WhisperDecoder:
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
         self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
-        self._log_mel = LogMel(model.feature_extractor)
         self._text_decoder: TextDecoder | None = None
         if config.text_decoder == "native":
             from pipeline.models import asset_path
@@ -161,7 +159,7 @@ class WhisperDecoder:
         padded = np.zeros(frames * HOP_SAMPLES, np.float32)
         padded[: audio.size] = audio
         # (80, frames): log-mel over the audio and its silence padding, as Whisper was trained.
-        mel = self._log_mel(padded, frames)
+        mel = self._model.feature_extractor(padded, padding=0)[:, :frames]
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
         if self._text_decoder is not None:
             return self._run_native(features, max_tokens, draft)
