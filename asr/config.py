@@ -19,8 +19,8 @@ class ASRConfig:
     compute_type: str = "int8"
     cpu_threads: int = 2
     beam_size: int = 1
-    # Whisper's text decoder: "native" (asr/textdecoder.py: greedy, takes the stable
-    # words as a prefix in one pass) or "ctranslate2" (its own generate; beam search).
+    # Whisper's text decoder: "native" (asr/textdecoder.py: greedy, checks the last
+    # decode's text as a draft in one pass) or "ctranslate2" (its generate; beam search).
     text_decoder: str = "native"
     vad_threshold: float = 0.5
     # Voiced audio before a SpeechStart. It is also the floor of barge-in latency (speech

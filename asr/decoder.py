@@ -1,4 +1,5 @@
-"""One Whisper decode of an utterance: log-mel -> CTranslate2 encoder -> greedy/beam decode.
+"""One Whisper decode of an utterance: log-mel -> CTranslate2 encoder -> text decoder (our
+own, asr/textdecoder.py, greedy and checking a draft; or CTranslate2's, for beam search).
 
 We call CTranslate2 directly instead of `WhisperModel.transcribe` because transcribe always
 encodes a full 30 s window (3000 mel frames), which is ~75% of the decode time for a short
