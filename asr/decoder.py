@@ -175,11 +175,8 @@ class WhisperDecoder:
             suppress_blank=True,
         )[0]
         tokens = result.sequences_ids[0]
-        # faster-whisper's silence rule: likely no speech and not confidently decoded.
-        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_FLOOR:
-            return "", False
-        return self._tokenizer.decode(tokens), len(tokens) + len(self._prompt) >= max_tokens
+        sum_logprob = result.scores[0] * len(tokens)  # the score is length-normalised
+        return self._judge(tokens, sum_logprob, result.no_speech_prob, max_tokens)
 
     def _run_native(
         self, features: ctranslate2.StorageView, max_tokens: int, draft: list[int]
@@ -195,8 +192,14 @@ class WhisperDecoder:
             self._tokenizer.eot,
             self._tokenizer.no_speech,
         )
-        avg_logprob = result.sum_logprob / (len(result.tokens) + 1)  # the silence rule above
-        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_FLOOR:
+        return self._judge(result.tokens, result.sum_logprob, result.no_speech_prob, max_tokens)
+
+    def _judge(
+        self, tokens: list[int], sum_logprob: float, no_speech_prob: float, max_tokens: int
+    ) -> tuple[str, bool]:
+        """(text, whether the token budget was hit); "" for silence by faster-whisper's
+        rule: likely no speech and not confidently decoded."""
+        avg_logprob = sum_logprob / (len(tokens) + 1)
+        if no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_FLOOR:
             return "", False
-        tokens = result.tokens
         return self._tokenizer.decode(tokens), len(tokens) + len(self._prompt) >= max_tokens
