@@ -7,7 +7,7 @@ from pathlib import Path
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-DECODE_DTYPES = ("same", "float32", "bfloat16", "float16", "int8")
+DECODE_DTYPES = ("auto", "gguf", "same", "float32", "bfloat16", "float16")
 BACKENDS = ("native", "openai", "vllm")
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences."
@@ -70,10 +70,11 @@ class LLMConfig:
     model_path: Path
     device: str = "auto"
     dtype: str = "auto"
-    # Weights for decode steps only ("same" = no second copy). bfloat16 makes CPU decode
-    # ~2.5x faster (memory-bound) at a small drift from the float32 reference; prefill
-    # keeps `dtype` (docs/llm.md).
-    decode_dtype: str = "bfloat16"
+    # Weights for decode steps and prompt tails ("same" = no second copy). "gguf": the
+    # file's own quantized blocks through llm/_ggml.c (CPU with AVX2; 3x fewer bytes than
+    # bfloat16 and closer to float32); bfloat16 halves float32's bytes at a small drift.
+    # "auto": gguf where it can run, else bfloat16 (docs/llm.md). Big prefills keep `dtype`.
+    decode_dtype: str = "auto"
     # CPU float32 weights held prepacked for oneDNN (llm/weights.py): prompt passes ~1.7x
     # faster at 8-16 tokens, same results. False = plain GEMMs (the A/B in docs/llm.md).
     pack_weights: bool = True

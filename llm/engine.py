@@ -11,15 +11,15 @@ import torch
 from llm.block_manager import BlockManager
 from llm.config import LLMConfig
 from llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
-from llm.model import LlamaModel
+from llm.model import LlamaModel, blocks_cover
 from llm.runner import ModelRunner
 from llm.scheduler import Scheduler
 from llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
 from llm.tokenizer import ChatTokenizer
+from llm.weights import blocks_supported
 from pipeline.memory import release_freed_memory
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_DECODE_DTYPES = {**_DTYPES, "int8": torch.int8}  # int8: weight-only, see llm/model.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +31,24 @@ class EngineState:
     num_kv_blocks: int
     num_threads: int
     cuda_graphs: bool  # decode steps replayed from CUDA graphs
+    decode_weights: str  # `LLMConfig.decode_dtype` with "auto" resolved
 
 
-def resolve_state(config: LLMConfig) -> EngineState:
+def resolve_decode_weights(config: LLMConfig, device: torch.device, gguf_file: GGUFFile) -> str:
+    """ "gguf" where the block kernels can read this file on this machine, else bfloat16."""
+    usable = device.type == "cpu" and blocks_supported() and blocks_cover(gguf_file)
+    if config.decode_dtype == "auto":
+        return "gguf" if usable else "bfloat16"
+    if config.decode_dtype == "gguf" and not usable:
+        raise ValueError(
+            "decode_dtype='gguf' needs the CPU engine, llm/_ggml.c built (`pip install -e .` "
+            "with a C compiler), a CPU with AVX2, FMA and F16C, and Q4_1/Q8_0 matmul weights; "
+            "use 'bfloat16' here"
+        )
+    return config.decode_dtype
+
+
+def resolve_state(config: LLMConfig, gguf_file: GGUFFile) -> EngineState:
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
     use_cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
@@ -48,7 +63,8 @@ def resolve_state(config: LLMConfig) -> EngineState:
     if cuda_graphs and not use_cuda:
         raise ValueError("cuda_graphs=True but the engine runs on the CPU (no CUDA device)")
     blocks = config.kv_cache_tokens // config.kv_block_size
-    return EngineState(device, dtype, blocks, torch.get_num_threads(), cuda_graphs)
+    decode_weights = resolve_decode_weights(config, device, gguf_file)
+    return EngineState(device, dtype, blocks, torch.get_num_threads(), cuda_graphs, decode_weights)
 
 
 class LLMEngine:
@@ -62,8 +78,8 @@ class LLMEngine:
 
     def __init__(self, config: LLMConfig) -> None:
         self.config = config
-        self.state = resolve_state(config)
         gguf_file = GGUFFile(config.model_path)
+        self.state = resolve_state(config, gguf_file)
         hparams = read_hparams(gguf_file)
         if config.max_context_tokens > hparams.max_positions:
             raise ValueError(
@@ -71,11 +87,8 @@ class LLMEngine:
                 f"context length ({hparams.max_positions})"
             )
         self.tokenizer = ChatTokenizer(read_tokenizer_data(gguf_file))
-        if config.decode_dtype == "int8" and self.state.device.type != "cpu":
-            raise ValueError("decode_dtype='int8' is a CPU kernel; use 'bfloat16' on CUDA")
-        decode_dtype = (
-            None if config.decode_dtype == "same" else _DECODE_DTYPES[config.decode_dtype]
-        )
+        decode_weights = self.state.decode_weights
+        decode_dtype = _DTYPES.get(decode_weights)  # None: "same" or "gguf"
         model = LlamaModel(
             gguf_file,
             hparams,
@@ -83,6 +96,7 @@ class LLMEngine:
             self.state.device,
             decode_dtype,
             pack_weights=config.pack_weights,
+            block_decode=decode_weights == "gguf",
         )
         if model.packed:
             release_freed_memory()  # the plain float32 copies packing replaced

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from llm.gguf_loader import GGUFFile, LlamaHParams
-from llm.weights import PackedWeight, Weight, can_pack, convert, linear
+from llm.weights import BLOCK_KINDS, BlockWeight, PackedWeight, Weight, can_pack, convert, linear
 
 
 @dataclass(slots=True)
@@ -36,8 +36,8 @@ class LayerWeights:
 # to 3 tokens; against plain float32 GEMMs up to 8 (docs/llm.md, "Weight formats").
 DECODE_MAX_TOKENS = 3
 UNPACKED_DECODE_MAX_TOKENS = 8
-# With int8 decode weights: their GEMM stays the fastest up to here (docs/llm.md).
-INT8_DECODE_MAX_TOKENS = 32
+# With the GGUF block kernels: they beat prepacked float32 up to here (docs/llm.md).
+BLOCK_DECODE_MAX_TOKENS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +55,10 @@ class LlamaModel:
     tokens, so on a CPU it is bound by memory bandwidth: bfloat16 weights halve the bytes
     and more than double tokens/s here (docs/llm.md), while prefill, which is bound by
     compute and has no native bfloat16 on AVX2, keeps the exact float32 weights.
-    `pack_weights`: hold those float32 weights prepacked for oneDNN where the build has
-    it (llm/weights.py); the plain copies are then dropped.
+    `block_decode`: instead of a converted copy, small forwards read the file's own
+    quantized blocks (`BlockWeight`, CPU): a third of bfloat16's bytes, and closer to the
+    float32 result. `pack_weights`: hold the float32 weights prepacked for oneDNN where
+    the build has it (llm/weights.py); the plain copies are then dropped.
     """
 
     def __init__(
@@ -67,7 +69,9 @@ class LlamaModel:
         device: torch.device,
         decode_dtype: torch.dtype | None = None,
         pack_weights: bool = True,
+        block_decode: bool = False,
     ) -> None:
+        assert not (block_decode and decode_dtype is not None), "one decode weight set"
         self.hparams = hparams
         self.device = device
         self.dtype = dtype
@@ -96,11 +100,10 @@ class LlamaModel:
         # `max_tokens` (B * T); bigger forwards use `layers`.
         self.narrow_sets: list[WeightSet] = []
         self.packed = pack_weights and can_pack(dtype, device)
+        if block_decode:
+            self.narrow_sets.append(_block_set(gguf_file, self.layers, has_output))
         if decode_dtype is not None and decode_dtype != dtype:
-            if decode_dtype == torch.int8:
-                limit = INT8_DECODE_MAX_TOKENS
-            else:
-                limit = DECODE_MAX_TOKENS if self.packed else UNPACKED_DECODE_MAX_TOKENS
+            limit = DECODE_MAX_TOKENS if self.packed else UNPACKED_DECODE_MAX_TOKENS
             self.narrow_sets.append(self._narrowed(decode_dtype, limit))
         if self.packed:
             self.layers = [_with_matmuls(layer, _pack) for layer in self.layers]
@@ -181,6 +184,38 @@ class LlamaModel:
         x = x.flatten(0, 1).index_select(0, logit_rows)  # (N, D)
         x = F.rms_norm(x, (hp.dim,), self.norm, hp.rms_eps)
         return linear(x, lm_head).float()  # (N, V)
+
+
+def blocks_cover(gguf_file: GGUFFile) -> bool:
+    """Whether every matrix of the file is in a block kind the kernels read."""
+    matrices = [info for info in gguf_file.tensors.values() if len(info.shape) == 2]
+    return all(info.quant_type in BLOCK_KINDS for info in matrices)
+
+
+def _block_set(
+    gguf_file: GGUFFile, float_layers: list[LayerWeights], has_output: bool
+) -> WeightSet:
+    """The matmul weights as the file's quantized blocks, fused as the float32 ones are;
+    the norms are the float32 layers' own."""
+    layers = []
+    for index, layer in enumerate(float_layers):
+        p = f"blk.{index}."
+
+        def blocks(*names: str, p: str = p) -> BlockWeight:
+            return BlockWeight.from_file(gguf_file, [p + name + ".weight" for name in names])
+
+        layers.append(
+            LayerWeights(
+                attn_norm=layer.attn_norm,
+                wqkv=blocks("attn_q", "attn_k", "attn_v"),
+                wo=blocks("attn_output"),
+                ffn_norm=layer.ffn_norm,
+                w_gate_up=blocks("ffn_gate", "ffn_up"),
+                w_down=blocks("ffn_down"),
+            )
+        )
+    head = "output.weight" if has_output else "token_embd.weight"
+    return WeightSet(BLOCK_DECODE_MAX_TOKENS, layers, BlockWeight.from_file(gguf_file, [head]))
 
 
 def _pack(weight: Weight) -> PackedWeight:

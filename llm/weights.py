@@ -3,8 +3,11 @@
 A forward picks one `WeightSet` by its number of new tokens (B * T): on a CPU the best
 format depends on it (docs/llm.md, "Weight formats"):
 
-- decode steps (a few tokens) are bound by memory bandwidth: bfloat16 (or opt-in int8)
-  halves (quarters) the bytes read per step;
+- decode steps (a few tokens) are bound by memory bandwidth: bfloat16 halves the bytes
+  read per step;
+- on a CPU with AVX2 the default reads the GGUF file's own quantized blocks there
+  (`BlockWeight`, Q4_1 / Q8_0: 0.6-1.1 bytes per weight) with the kernels of
+  `llm/_ggml.c`, built by `pip install`;
 - anything bigger is bound by compute, and AVX2 has no native bfloat16, so it runs in
   float32. There, oneDNN's prepacked ("reordered") weights beat the plain float32 GEMM
   by 1.7x at 8-16 tokens (a prompt tail) and 1.25x at ~340 (a cold prompt), because the
@@ -13,33 +16,23 @@ format depends on it (docs/llm.md, "Weight formats"):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from gguf.constants import GGMLQuantizationType
+
+from llm.gguf_loader import GGUFFile
+
+try:  # imported after torch, so both share torch's OpenMP runtime (one thread pool)
+    from llm import _ggml
+except ImportError:  # not built (no compiler at install time): bfloat16 decode instead
+    _ggml = None
 
 # Token count for which oneDNN lays out the packed weights. One layout serves every size:
 # a 16-token layout runs a 340-token prefill within ~5% of a 128-token one.
 PACK_HINT_TOKENS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Int8Weight:
-    """Weight-only int8, one scale per output row; used with bfloat16 activations.
-
-    A quarter of float32's bytes; `_weight_int8pack_mm` beats the bfloat16 GEMM at every
-    M up to ~32 on this AVX2 CPU (docs/llm.md).
-    """
-
-    values: torch.Tensor  # (N, K) int8
-    scales: torch.Tensor  # (N,) bfloat16
-
-    @classmethod
-    def quantize(cls, weight: torch.Tensor) -> Int8Weight:
-        # Round against the bfloat16 scale the kernel will use, not the exact one.
-        scales = (weight.float().abs().amax(dim=1).clamp(min=1e-12) / 127).to(torch.bfloat16)
-        steps = weight.float() / scales.float()[:, None]  # (N, K)
-        return cls(steps.round().clamp(-127, 127).to(torch.int8), scales)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +49,76 @@ class PackedWeight:
         return cls(packed)
 
 
-Weight = torch.Tensor | Int8Weight | PackedWeight
+# The kernel for each GGUF block kind: f(x, blocks, out, M, N, K), addresses and sizes.
+BlockKernel = Callable[[int, int, int, int, int, int], None]
+_BLOCK_KERNELS: dict[GGMLQuantizationType, BlockKernel] = (
+    {}
+    if _ggml is None
+    else {
+        GGMLQuantizationType.Q4_1: _ggml.linear_q4_1,
+        GGMLQuantizationType.Q8_0: _ggml.linear_q8_0,
+    }
+)
+
+BLOCK_KINDS = frozenset((GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0))
+
+
+def blocks_supported() -> bool:
+    """Whether the GGUF block kernels are built and this CPU can run them (AVX2+FMA+F16C)."""
+    return _ggml is not None and bool(_ggml.supported())
+
+
+@dataclass(frozen=True, slots=True)
+class BlockWeight:
+    """An (N, K) weight kept in the GGUF file's quantized blocks, rows in order.
+
+    The kernel unpacks each block in registers to exactly the dequantizer's values and
+    quantizes the activations to int16 per 32-block (error <= 1/65534 of the block's
+    largest): ~60x closer to the float32 result than bfloat16, at a third of its bytes.
+    """
+
+    blocks: torch.Tensor  # (N, K / 32 * block bytes) uint8
+    out_features: int
+    in_features: int
+    kernel: BlockKernel  # the `llm._ggml` function for this block kind
+
+    @classmethod
+    def from_file(cls, gguf_file: GGUFFile, names: list[str]) -> BlockWeight:
+        """The tensors `names` (same kind and width) stacked by rows, as one weight."""
+        infos = [gguf_file.tensors[name] for name in names]
+        kinds = {info.quant_type for info in infos}
+        widths = {info.shape[-1] for info in infos}
+        matrices = all(len(info.shape) == 2 for info in infos)
+        if len(kinds) != 1 or len(widths) != 1 or not matrices or kinds - _BLOCK_KERNELS.keys():
+            raise ValueError(
+                f"no block kernel for {names}: types {sorted(k.name for k in kinds)}, "
+                f"widths {sorted(widths)} (Q4_1 or Q8_0 matrices of one width are supported)"
+            )
+        rows = [
+            torch.from_numpy(gguf_file.raw(name)).view(info.shape[0], -1)
+            for name, info in zip(names, infos, strict=True)
+        ]
+        blocks = torch.cat(rows)  # a copy: the file buffer can be freed
+        kernel = _BLOCK_KERNELS[next(iter(kinds))]
+        return cls(blocks, blocks.shape[0], next(iter(widths)), kernel)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) float32 @ weight.T -> (..., N) float32."""
+        assert x.dtype == torch.float32 and x.device.type == "cpu"
+        rows = x.reshape(-1, self.in_features).contiguous()  # (M, K)
+        out = torch.empty(rows.shape[0], self.out_features)  # (M, N)
+        self.kernel(
+            rows.data_ptr(),
+            self.blocks.data_ptr(),
+            out.data_ptr(),
+            rows.shape[0],
+            self.out_features,
+            self.in_features,
+        )
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+Weight = torch.Tensor | PackedWeight | BlockWeight
 
 
 def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
@@ -73,17 +135,13 @@ def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     """x @ weight.T computed in the weight's format, returned in x's dtype."""
     if isinstance(weight, PackedWeight):
         return torch.ops.mkldnn._linear_pointwise(x, weight.packed, None, "none", [], "")
-    if isinstance(weight, Int8Weight):
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # (M, K): the op takes 2-D
-        out = torch._weight_int8pack_mm(rows, weight.values, weight.scales)  # (M, N)
-        return out.reshape(*x.shape[:-1], -1).to(x.dtype)
+    if isinstance(weight, BlockWeight):
+        return weight.matmul(x)
     if weight.dtype == x.dtype:
         return F.linear(x, weight)
     return F.linear(x.to(weight.dtype), weight).to(x.dtype)
 
 
 def convert(weight: torch.Tensor, dtype: torch.dtype) -> Weight:
-    """`weight` in the format that serves `dtype` (int8: weight-only quantized)."""
-    if dtype == torch.int8:
-        return Int8Weight.quantize(weight)
+    """`weight` in the format that serves `dtype`."""
     return weight.to(dtype)

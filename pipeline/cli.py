@@ -246,7 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     llm_serve.add_argument("--served-model-name", default="smollm2")
     llm_serve.add_argument("--threads", type=int, default=None, help="CPU threads")
     llm_serve.add_argument(
-        "--decode-dtype", default="bfloat16", choices=("same", "float32", "bfloat16", "float16")
+        "--decode-dtype",
+        default="auto",
+        choices=("auto", "gguf", "same", "float32", "bfloat16", "float16"),
+        help="weights of decode steps and prompt tails (auto: the GGUF blocks on a CPU)",
     )
     llm_serve.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     llm_serve.add_argument("--max-num-seqs", type=int, default=8, help="requests per batch")
