@@ -13,7 +13,7 @@ setup: $(STAMP)
 
 # torch comes first, from the CPU wheel on disk: installed later as a dependency,
 # pip would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml setup.py llm/_ggml.c
+$(STAMP): pyproject.toml setup.py $(wildcard llm/csrc/*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0

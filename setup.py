@@ -1,8 +1,9 @@
 """The one C extension; everything else about the package is in pyproject.toml.
 
-`llm._ggml`: the native LLM engine's matmuls on GGUF's quantized blocks
-(llm/weights.py, docs/llm.md). Optional: without a C compiler (or with one that has no
-OpenMP) the install still succeeds and the engine decodes on bfloat16 weights instead.
+`llm._kernels` (llm/csrc/): the native LLM engine's CPU kernels for small forwards,
+matmuls on GGUF's quantized blocks and attention over the paged KV cache
+(llm/kernels.py, docs/llm.md). Optional: without a C compiler (or one without OpenMP)
+the install still succeeds and the engine runs on torch ops and bfloat16 weights.
 """
 
 from setuptools import Extension, setup
@@ -10,8 +11,9 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "llm._ggml",
-            sources=["llm/_ggml.c"],
+            "llm._kernels",
+            sources=["llm/csrc/module.c", "llm/csrc/blocks.c", "llm/csrc/attention.c"],
+            depends=["llm/csrc/kernels.h"],
             extra_compile_args=["-O3", "-fopenmp"],
             extra_link_args=["-fopenmp"],
             optional=True,

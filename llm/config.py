@@ -71,7 +71,7 @@ class LLMConfig:
     device: str = "auto"
     dtype: str = "auto"
     # Weights for decode steps and prompt tails ("same" = no second copy). "gguf": the
-    # file's own quantized blocks through llm/_ggml.c (CPU with AVX2; 3x fewer bytes than
+    # file's own quantized blocks through llm/csrc (CPU with AVX2; 3x fewer bytes than
     # bfloat16 and closer to float32); bfloat16 halves float32's bytes at a small drift.
     # "auto": gguf where it can run, else bfloat16 (docs/llm.md). Big prefills keep `dtype`.
     decode_dtype: str = "auto"

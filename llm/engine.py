@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llm import kernels
 from llm.block_manager import BlockManager
 from llm.config import LLMConfig
 from llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
@@ -16,7 +17,6 @@ from llm.runner import ModelRunner
 from llm.scheduler import Scheduler
 from llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
 from llm.tokenizer import ChatTokenizer
-from llm.weights import blocks_supported
 from pipeline.memory import release_freed_memory
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -36,12 +36,12 @@ class EngineState:
 
 def resolve_decode_weights(config: LLMConfig, device: torch.device, gguf_file: GGUFFile) -> str:
     """ "gguf" where the block kernels can read this file on this machine, else bfloat16."""
-    usable = device.type == "cpu" and blocks_supported() and blocks_cover(gguf_file)
+    usable = device.type == "cpu" and kernels.available() and blocks_cover(gguf_file)
     if config.decode_dtype == "auto":
         return "gguf" if usable else "bfloat16"
     if config.decode_dtype == "gguf" and not usable:
         raise ValueError(
-            "decode_dtype='gguf' needs the CPU engine, llm/_ggml.c built (`pip install -e .` "
+            "decode_dtype='gguf' needs the CPU engine, llm/csrc built (`pip install -e .` "
             "with a C compiler), a CPU with AVX2, FMA and F16C, and Q4_1/Q8_0 matmul weights; "
             "use 'bfloat16' here"
         )

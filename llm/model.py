@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from llm import kernels
 from llm.gguf_loader import GGUFFile, LlamaHParams
-from llm.weights import BLOCK_KINDS, BlockWeight, PackedWeight, Weight, can_pack, convert, linear
+from llm.kernels import BLOCK_KINDS
+from llm.weights import BlockWeight, PackedWeight, Weight, can_pack, convert, linear
 
 
 @dataclass(slots=True)
@@ -38,6 +40,10 @@ DECODE_MAX_TOKENS = 3
 UNPACKED_DECODE_MAX_TOKENS = 8
 # With the GGUF block kernels: they beat prepacked float32 up to here (docs/llm.md).
 BLOCK_DECODE_MAX_TOKENS = 20
+# Forwards of at most this many new tokens per sequence (T) attend in
+# llm/csrc/attention.c on a CPU: it reads K/V from the paged cache in place instead of
+# gathering the whole context per layer; SDPA wins beyond (docs/llm.md, "Attention kernel").
+KERNEL_ATTENTION_MAX_NEW_TOKENS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +106,9 @@ class LlamaModel:
         # `max_tokens` (B * T); bigger forwards use `layers`.
         self.narrow_sets: list[WeightSet] = []
         self.packed = pack_weights and can_pack(dtype, device)
+        self.kernel_attention = (
+            device.type == "cpu" and dtype == torch.float32 and kernels.available()
+        )
         if block_decode:
             self.narrow_sets.append(_block_set(gguf_file, self.layers, has_output))
         if decode_dtype is not None and decode_dtype != dtype:
@@ -158,25 +167,33 @@ class LlamaModel:
         flat_slots = context_slots.flatten()  # (B * S,)
         context_shape = (batch, context_slots.shape[1], num_kv, head_dim)  # (B, S, Hkv, Dh)
         layers, lm_head = self.weights_for(batch * new_tokens)
+        in_kernel = self.kernel_attention and new_tokens <= KERNEL_ATTENTION_MAX_NEW_TOKENS
         for index, layer in enumerate(layers):
             h = F.rms_norm(x, (hp.dim,), layer.attn_norm, hp.rms_eps)
             qkv = linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
             qk = qkv[..., : (num_q + num_kv) * head_dim].unflatten(-1, (num_q + num_kv, head_dim))
             qk = _rotate_pairs(qk, cos, sin)  # (B, T, H + Hkv, Dh), q and k rotated together
-            q = qk[:, :, :num_q].transpose(1, 2)  # (B, H, T, Dh)
             k = qk[:, :, num_q:].reshape(batch * new_tokens, num_kv, head_dim)
             v = qkv[..., (num_q + num_kv) * head_dim :].reshape(
                 batch * new_tokens, num_kv, head_dim
             )
             k_cache[index].index_copy_(0, write_slots, k)
             v_cache[index].index_copy_(0, write_slots, v)
-            # One row gather per cache: ~3x cheaper than indexing with the (B, S) tensor.
-            keys = k_cache[index].index_select(0, flat_slots).view(context_shape).transpose(1, 2)
-            values = v_cache[index].index_select(0, flat_slots).view(context_shape).transpose(1, 2)
-            attn = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=attn_mask, enable_gqa=True
-            )
-            x = x + linear(attn.transpose(1, 2).flatten(2), layer.wo)  # (B, T, D)
+            if in_kernel:  # (B, T, H, Dh) -> (B, T, H Dh), K/V read in place
+                attn = kernels.paged_attention(
+                    qk[:, :, :num_q], k_cache[index], v_cache[index], context_slots, positions
+                ).flatten(2)
+            else:
+                q = qk[:, :, :num_q].transpose(1, 2)  # (B, H, T, Dh)
+                # One row gather per cache: ~3x cheaper than indexing with the (B, S) tensor.
+                keys = k_cache[index].index_select(0, flat_slots).view(context_shape)
+                values = v_cache[index].index_select(0, flat_slots).view(context_shape)
+                attn = F.scaled_dot_product_attention(
+                    q, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=attn_mask,
+                    enable_gqa=True,
+                )  # fmt: skip
+                attn = attn.transpose(1, 2).flatten(2)  # (B, T, H Dh)
+            x = x + linear(attn, layer.wo)  # (B, T, D)
             h = F.rms_norm(x, (hp.dim,), layer.ffn_norm, hp.rms_eps)
             gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
             x = x + linear(F.silu(gate) * up, layer.w_down)

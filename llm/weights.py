@@ -7,7 +7,7 @@ format depends on it (docs/llm.md, "Weight formats"):
   read per step;
 - on a CPU with AVX2 the default reads the GGUF file's own quantized blocks there
   (`BlockWeight`, Q4_1 / Q8_0: 0.6-1.1 bytes per weight) with the kernels of
-  `llm/_ggml.c`, built by `pip install`;
+  `llm/csrc/blocks.c` (llm/kernels.py), built by `pip install`;
 - anything bigger is bound by compute, and AVX2 has no native bfloat16, so it runs in
   float32. There, oneDNN's prepacked ("reordered") weights beat the plain float32 GEMM
   by 1.7x at 8-16 tokens (a prompt tail) and 1.25x at ~340 (a cold prompt), because the
@@ -16,7 +16,6 @@ format depends on it (docs/llm.md, "Weight formats"):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,11 +23,7 @@ import torch.nn.functional as F
 from gguf.constants import GGMLQuantizationType
 
 from llm.gguf_loader import GGUFFile
-
-try:  # imported after torch, so both share torch's OpenMP runtime (one thread pool)
-    from llm import _ggml
-except ImportError:  # not built (no compiler at install time): bfloat16 decode instead
-    _ggml = None
+from llm.kernels import BLOCK_KINDS, matmul_blocks
 
 # Token count for which oneDNN lays out the packed weights. One layout serves every size:
 # a 16-token layout runs a 340-token prefill within ~5% of a 128-token one.
@@ -49,25 +44,6 @@ class PackedWeight:
         return cls(packed)
 
 
-# The kernel for each GGUF block kind: f(x, blocks, out, M, N, K), addresses and sizes.
-BlockKernel = Callable[[int, int, int, int, int, int], None]
-_BLOCK_KERNELS: dict[GGMLQuantizationType, BlockKernel] = (
-    {}
-    if _ggml is None
-    else {
-        GGMLQuantizationType.Q4_1: _ggml.linear_q4_1,
-        GGMLQuantizationType.Q8_0: _ggml.linear_q8_0,
-    }
-)
-
-BLOCK_KINDS = frozenset((GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0))
-
-
-def blocks_supported() -> bool:
-    """Whether the GGUF block kernels are built and this CPU can run them (AVX2+FMA+F16C)."""
-    return _ggml is not None and bool(_ggml.supported())
-
-
 @dataclass(frozen=True, slots=True)
 class BlockWeight:
     """An (N, K) weight kept in the GGUF file's quantized blocks, rows in order.
@@ -80,7 +56,7 @@ class BlockWeight:
     blocks: torch.Tensor  # (N, K / 32 * block bytes) uint8
     out_features: int
     in_features: int
-    kernel: BlockKernel  # the `llm._ggml` function for this block kind
+    kind: GGMLQuantizationType  # Q4_1 or Q8_0
 
     @classmethod
     def from_file(cls, gguf_file: GGUFFile, names: list[str]) -> BlockWeight:
@@ -89,7 +65,7 @@ class BlockWeight:
         kinds = {info.quant_type for info in infos}
         widths = {info.shape[-1] for info in infos}
         matrices = all(len(info.shape) == 2 for info in infos)
-        if len(kinds) != 1 or len(widths) != 1 or not matrices or kinds - _BLOCK_KERNELS.keys():
+        if len(kinds) != 1 or len(widths) != 1 or not matrices or kinds - BLOCK_KINDS:
             raise ValueError(
                 f"no block kernel for {names}: types {sorted(k.name for k in kinds)}, "
                 f"widths {sorted(widths)} (Q4_1 or Q8_0 matrices of one width are supported)"
@@ -99,23 +75,7 @@ class BlockWeight:
             for name, info in zip(names, infos, strict=True)
         ]
         blocks = torch.cat(rows)  # a copy: the file buffer can be freed
-        kernel = _BLOCK_KERNELS[next(iter(kinds))]
-        return cls(blocks, blocks.shape[0], next(iter(widths)), kernel)
-
-    def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., K) float32 @ weight.T -> (..., N) float32."""
-        assert x.dtype == torch.float32 and x.device.type == "cpu"
-        rows = x.reshape(-1, self.in_features).contiguous()  # (M, K)
-        out = torch.empty(rows.shape[0], self.out_features)  # (M, N)
-        self.kernel(
-            rows.data_ptr(),
-            self.blocks.data_ptr(),
-            out.data_ptr(),
-            rows.shape[0],
-            self.out_features,
-            self.in_features,
-        )
-        return out.view(*x.shape[:-1], self.out_features)
+        return cls(blocks, blocks.shape[0], next(iter(widths)), next(iter(kinds)))
 
 
 Weight = torch.Tensor | PackedWeight | BlockWeight
@@ -136,7 +96,7 @@ def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     if isinstance(weight, PackedWeight):
         return torch.ops.mkldnn._linear_pointwise(x, weight.packed, None, "none", [], "")
     if isinstance(weight, BlockWeight):
-        return weight.matmul(x)
+        return matmul_blocks(weight.kind, x, weight.blocks, weight.out_features)
     if weight.dtype == x.dtype:
         return F.linear(x, weight)
     return F.linear(x.to(weight.dtype), weight).to(x.dtype)

@@ -1,4 +1,4 @@
-"""Matmuls on the GGUF file's own quantized blocks (`llm/_ggml.c`, `decode_dtype="gguf"`)."""
+"""Matmuls on the GGUF file's own quantized blocks (`llm/csrc/blocks.c`, `decode_dtype="gguf"`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from llm import kernels
 from llm.config import LLMConfig
 from llm.engine import LLMEngine, resolve_decode_weights
 from llm.gguf_loader import GGUFFile
 from llm.model import BLOCK_DECODE_MAX_TOKENS
-from llm.weights import BlockWeight, PackedWeight, blocks_supported, linear
+from llm.weights import BlockWeight, PackedWeight, linear
 
 
 def _cpu_flags() -> set[str]:
@@ -23,13 +24,13 @@ def _cpu_flags() -> set[str]:
 
 
 def test_kernels_are_built_wherever_they_can_run() -> None:
-    # `pip install -e .` builds llm/_ggml.c; an install that silently skipped it would
+    # `pip install -e .` builds llm/csrc; an install that silently skipped it would
     # leave the default engine on the slower bfloat16 path.
     can_run = platform.machine() == "x86_64" and {"avx2", "fma", "f16c"} <= _cpu_flags()
-    assert blocks_supported() == can_run
+    assert kernels.available() == can_run
 
 
-needs_kernels = pytest.mark.skipif(not blocks_supported(), reason="needs llm/_ggml.c + AVX2")
+needs_kernels = pytest.mark.skipif(not kernels.available(), reason="needs llm/csrc + AVX2")
 
 
 @needs_kernels
@@ -60,17 +61,6 @@ def test_block_matmul_matches_the_dequantized_weights(
     assert (got - exact).abs().max() < (bf16 - exact).abs().max() / 10
 
 
-@needs_kernels
-def test_kernel_rejects_shapes_it_cannot_read() -> None:
-    from llm import _ggml
-
-    x = torch.zeros(1, 40)
-    with pytest.raises(ValueError, match="multiple of 32"):
-        _ggml.linear_q4_1(x.data_ptr(), x.data_ptr(), x.data_ptr(), 1, 1, 40)
-    with pytest.raises(TypeError, match="6 arguments"):
-        _ggml.linear_q8_0(x.data_ptr())
-
-
 def test_from_file_names_what_it_cannot_fuse(gguf_file: GGUFFile) -> None:
     with pytest.raises(ValueError, match="no block kernel"):
         BlockWeight.from_file(gguf_file, ["blk.0.attn_norm.weight"])  # F32, 1-D
@@ -84,7 +74,7 @@ def test_auto_picks_the_blocks_on_this_cpu_and_gguf_is_refused_elsewhere(
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     auto = LLMConfig(model_path)
     assert resolve_decode_weights(auto, cpu, gguf_file) == (
-        "gguf" if blocks_supported() else "bfloat16"
+        "gguf" if kernels.available() else "bfloat16"
     )
     assert resolve_decode_weights(auto, cuda, gguf_file) == "bfloat16"
     with pytest.raises(ValueError, match="needs the CPU engine"):

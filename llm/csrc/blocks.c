@@ -4,48 +4,19 @@
  * Why: a decode step reads every weight once, so on a CPU it is bound by memory
  * bandwidth. The file's own blocks are 0.625 (Q4_1) and 1.06 (Q8_0) bytes per weight,
  * against 2 for bfloat16 and 4 for float32. Each block is unpacked in registers to the
- * exact float32 values the dequantizer produces (d * q + m, the same two roundings), and
- * multiplied with float32 activations: the only difference from the float32 reference
- * is the order of the sums.
+ * exact values the dequantizer produces (integers q with the block's d, m), and the
+ * activations are quantized once per call to int16 per 32-block (error at most 1/65534
+ * of the block's largest value), so each block's dot product is two integer
+ * multiply-adds (vpmaddwd) and one float FMA.
  *
  * ggml layouts (blocks of 32 weights along a row):
  *   Q4_1: fp16 d, fp16 m, 16 bytes; byte j holds element j (low nibble) and j+16 (high);
  *         w = d * q + m.
  *   Q8_0: fp16 d, 32 int8; w = d * q.
- *
- * Python API (pointers are addresses, e.g. tensor.data_ptr(); all arrays contiguous):
- *   linear_q4_1(x, w, out, M, N, K)  out (M, N) f32 = x (M, K) f32 @ W (N, K).T
- *   linear_q8_0(x, w, out, M, N, K)
- *   supported() -> bool: this CPU has AVX2, FMA and F16C.
- * Rows of W are split over the OpenMP threads; the GIL is released while they run.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_X86 1
-#define TARGET __attribute__((target("avx2,fma,f16c")))
-#else
-#define HAVE_X86 0
-#endif
-
-enum { QK = 32, Q4_1_BYTES = 20, Q8_0_BYTES = 34, MAX_K = 16384 };
+#include "kernels.h"
 
 #if HAVE_X86
-
-TARGET static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 TARGET static inline float half(const uint8_t *p) {
     uint16_t h;
@@ -198,7 +169,7 @@ TARGET static void rows_q8_0(const Activations *a, const uint8_t *w, float *out,
     rows_kernel(unpack_q8_0, Q8_0_BYTES, a, w, out, M, N, K, r0, r1);
 }
 
-static int run_rows(int block_bytes, const float *x, const uint8_t *w,
+int blocks_matmul(int block_bytes, const float *x, const uint8_t *w,
                     float *out, int64_t M, int64_t N, int64_t K) {
     const int64_t nb = K / QK;
     Activations a;
@@ -232,87 +203,4 @@ static int run_rows(int block_bytes, const float *x, const uint8_t *w,
     return 0;
 }
 
-TARGET static int cpu_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-}
-
 #endif /* HAVE_X86 */
-
-static PyObject *linear(PyObject *const *args, Py_ssize_t nargs, const char *name,
-                        int block_bytes) {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "%s(x, w, out, M, N, K) takes 6 arguments", name);
-        return NULL;
-    }
-    void *ptrs[3];
-    for (int i = 0; i < 3; i++) {
-        ptrs[i] = PyLong_AsVoidPtr(args[i]);
-        if (ptrs[i] == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s: null pointer argument", name);
-            return NULL;
-        }
-    }
-    int64_t dims[3];
-    for (int i = 0; i < 3; i++) {
-        dims[i] = PyLong_AsLongLong(args[3 + i]);
-        if (dims[i] == -1 && PyErr_Occurred()) return NULL;
-    }
-    const int64_t M = dims[0], N = dims[1], K = dims[2];
-    if (M < 1 || N < 1 || K < QK || K % QK != 0 || K > MAX_K) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: need M, N >= 1 and K a multiple of %d up to %d (got %lld, %lld, %lld)",
-                     name, QK, MAX_K, (long long)M, (long long)N, (long long)K);
-        return NULL;
-    }
-#if HAVE_X86
-    if (!cpu_supported()) {
-        PyErr_Format(PyExc_RuntimeError, "%s needs a CPU with AVX2, FMA and F16C", name);
-        return NULL;
-    }
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = run_rows(block_bytes, ptrs[0], ptrs[1], ptrs[2], M, N, K);
-    Py_END_ALLOW_THREADS
-    if (status != 0) return PyErr_NoMemory();
-    Py_RETURN_NONE;
-#else
-    PyErr_Format(PyExc_RuntimeError, "%s is built for x86-64 only", name);
-    return NULL;
-#endif
-}
-
-static PyObject *linear_q4_1(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    return linear(args, nargs, "linear_q4_1", Q4_1_BYTES);
-}
-
-static PyObject *linear_q8_0(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    return linear(args, nargs, "linear_q8_0", Q8_0_BYTES);
-}
-
-static PyObject *supported(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-#if HAVE_X86
-    return PyBool_FromLong(cpu_supported());
-#else
-    Py_RETURN_FALSE;
-#endif
-}
-
-static PyMethodDef methods[] = {
-    {"linear_q4_1", (PyCFunction)(void (*)(void))linear_q4_1, METH_FASTCALL,
-     "out (M, N) = x (M, K) @ W.T for Q4_1 blocks W (N, K); arguments are addresses."},
-    {"linear_q8_0", (PyCFunction)(void (*)(void))linear_q8_0, METH_FASTCALL,
-     "out (M, N) = x (M, K) @ W.T for Q8_0 blocks W (N, K); arguments are addresses."},
-    {"supported", supported, METH_NOARGS, "Whether this CPU can run the kernels."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "llm._ggml", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit__ggml(void) { return PyModule_Create(&module); }
