@@ -12,7 +12,12 @@ setup(
     ext_modules=[
         Extension(
             "llm._kernels",
-            sources=["llm/csrc/module.c", "llm/csrc/blocks.c", "llm/csrc/attention.c"],
+            sources=[
+                "llm/csrc/module.c",
+                "llm/csrc/blocks.c",
+                "llm/csrc/attention.c",
+                "llm/csrc/norm.c",
+            ],
             depends=["llm/csrc/kernels.h"],
             extra_compile_args=["-O3", "-fopenmp"],
             extra_link_args=["-fopenmp"],

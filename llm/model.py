@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,10 @@ BLOCK_DECODE_MAX_TOKENS = 20
 # Forwards of at most this many new tokens per sequence (T) attend in
 # llm/csrc/attention.c on a CPU: it reads K/V from the paged cache in place instead of
 # gathering the whole context per layer; SDPA wins beyond (docs/llm.md, "Attention kernel").
-KERNEL_ATTENTION_MAX_NEW_TOKENS = 4
+KERNEL_ATTENTION_MAX_NEW_TOKENS = 24
+# Forwards of at most this many tokens (B * T) normalise in llm/csrc/norm.c (one call
+# instead of ~7 torch ops a norm; single-threaded, so big prefills keep torch's).
+KERNEL_NORM_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +110,8 @@ class LlamaModel:
         # `max_tokens` (B * T); bigger forwards use `layers`.
         self.narrow_sets: list[WeightSet] = []
         self.packed = pack_weights and can_pack(dtype, device)
-        self.kernel_attention = (
-            device.type == "cpu" and dtype == torch.float32 and kernels.available()
-        )
+        # The C kernels for small float32 CPU forwards (attention, norms): llm/kernels.py.
+        self.cpu_kernels = device.type == "cpu" and dtype == torch.float32 and kernels.available()
         if block_decode:
             self.narrow_sets.append(_block_set(gguf_file, self.layers, has_output))
         if decode_dtype is not None and decode_dtype != dtype:
@@ -167,9 +170,15 @@ class LlamaModel:
         flat_slots = context_slots.flatten()  # (B * S,)
         context_shape = (batch, context_slots.shape[1], num_kv, head_dim)  # (B, S, Hkv, Dh)
         layers, lm_head = self.weights_for(batch * new_tokens)
-        in_kernel = self.kernel_attention and new_tokens <= KERNEL_ATTENTION_MAX_NEW_TOKENS
+        in_kernel = self.cpu_kernels and new_tokens <= KERNEL_ATTENTION_MAX_NEW_TOKENS
+        if self.cpu_kernels and batch * new_tokens <= KERNEL_NORM_MAX_TOKENS:
+            norm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = partial(
+                kernels.rms_norm, eps=hp.rms_eps
+            )
+        else:
+            norm = partial(_rms_norm, eps=hp.rms_eps)
         for index, layer in enumerate(layers):
-            h = F.rms_norm(x, (hp.dim,), layer.attn_norm, hp.rms_eps)
+            h = norm(x, layer.attn_norm)
             qkv = linear(h, layer.wqkv)  # (B, T, (H + 2 Hkv) Dh)
             qk = qkv[..., : (num_q + num_kv) * head_dim].unflatten(-1, (num_q + num_kv, head_dim))
             qk = _rotate_pairs(qk, cos, sin)  # (B, T, H + Hkv, Dh), q and k rotated together
@@ -194,12 +203,12 @@ class LlamaModel:
                 )  # fmt: skip
                 attn = attn.transpose(1, 2).flatten(2)  # (B, T, H Dh)
             x = x + linear(attn, layer.wo)  # (B, T, D)
-            h = F.rms_norm(x, (hp.dim,), layer.ffn_norm, hp.rms_eps)
+            h = norm(x, layer.ffn_norm)
             gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)  # (B, T, F) each
             x = x + linear(F.silu(gate) * up, layer.w_down)
         # Only the rows that get sampled pay for the norm and the (V x D) projection.
         x = x.flatten(0, 1).index_select(0, logit_rows)  # (N, D)
-        x = F.rms_norm(x, (hp.dim,), self.norm, hp.rms_eps)
+        x = norm(x, self.norm)
         return linear(x, lm_head).float()  # (N, V)
 
 
@@ -250,6 +259,10 @@ def _with_matmuls(layer: LayerWeights, convert_weight: Callable[[Weight], Weight
         w_gate_up=convert_weight(layer.w_gate_up),
         w_down=convert_weight(layer.w_down),
     )
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -49,4 +49,9 @@ int paged_attention(const float *q, const float *k_cache, const float *v_cache,
                     int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t S,
                     float scale);
 
+/* out (rows, dim) = x / sqrt(mean(x^2) + eps) * weight, float32; single-threaded (a
+ * decode step's rows are a few hundred floats). */
+void rms_norm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t dim,
+                   float eps);
+
 #endif

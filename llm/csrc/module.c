@@ -6,6 +6,7 @@
  *   linear_q8_0(x, w, out, M, N, K)   the same for Q8_0 blocks
  *   attention(q, k_cache, v_cache, context_slots, positions, out, B, T, H, Hkv, D, S,
  *             scale)                  see paged_attention in kernels.h
+ *   rms_norm(x, weight, out, rows, dim, eps)
  *   supported() -> bool               this CPU has AVX2, FMA and F16C
  */
 #define PY_SSIZE_T_CLEAN
@@ -121,6 +122,24 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+static PyObject *rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *signature = "rms_norm(x, weight, out, rows, dim, eps)";
+    void *ptr[3];
+    int64_t size[2];
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "%s takes 6 arguments", signature);
+        return NULL;
+    }
+    if (parse(args, nargs, signature, 3, 2, ptr, size) != 0) return NULL;
+    const double eps = PyFloat_AsDouble(args[5]);
+    if (eps == -1.0 && PyErr_Occurred()) return NULL;
+#if HAVE_X86
+    rms_norm_rows(ptr[0], ptr[1], ptr[2], size[0], size[1], (float)eps); /* ~1 us: GIL kept */
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyObject *supported(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -134,6 +153,8 @@ static PyMethodDef methods[] = {
      "out (M, N) = x (M, K) @ W.T for Q8_0 blocks W (N, K); arguments are addresses."},
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
      "Causal attention over the paged KV cache, float32; arguments are addresses."},
+    {"rms_norm", (PyCFunction)(void (*)(void))rms_norm, METH_FASTCALL,
+     "RMSNorm of float32 rows; arguments are addresses."},
     {"supported", supported, METH_NOARGS, "Whether this CPU can run the kernels."},
     {NULL, NULL, 0, NULL},
 };

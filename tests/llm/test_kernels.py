@@ -29,7 +29,7 @@ def _sdpa(q, k_cache, v_cache, context_slots, positions):  # type: ignore[no-unt
     return out.transpose(1, 2)  # (B, T, H, Dh)
 
 
-@pytest.mark.parametrize(("new_tokens", "sharpness"), [(1, 1.0), (3, 1.0), (1, 60.0)])
+@pytest.mark.parametrize(("new_tokens", "sharpness"), [(1, 1.0), (3, 1.0), (13, 1.0), (1, 60.0)])
 def test_attention_matches_sdpa_over_a_paged_cache(new_tokens: int, sharpness: float) -> None:
     generator = torch.Generator().manual_seed(new_tokens)
     heads, kv_heads, head_dim, slots = 9, 3, 64, 512
@@ -51,6 +51,16 @@ def test_attention_matches_sdpa_over_a_paged_cache(new_tokens: int, sharpness: f
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 576), (2, 7, 576), (3, 20)])
+def test_rms_norm_matches_torch(shape: tuple[int, ...]) -> None:
+    generator = torch.Generator().manual_seed(len(shape))
+    x = 3 * torch.randn(*shape, generator=generator)
+    weight = torch.randn(shape[-1], generator=generator)
+    got = kernels.rms_norm(x, weight, 1e-5)
+    assert got.shape == x.shape
+    torch.testing.assert_close(got, F.rms_norm(x, (shape[-1],), weight, 1e-5))
+
+
 def test_kernels_reject_shapes_they_cannot_run() -> None:
     from llm import _kernels
 
@@ -68,13 +78,13 @@ def test_kernels_reject_shapes_they_cannot_run() -> None:
         _kernels.attention(*ptrs, 1, 1, 9, 2, 64, 4, 0.125)
 
 
-def test_engine_replies_are_the_same_with_the_kernel_or_sdpa(model_path: Path) -> None:
-    def greedy(kernel_attention: bool) -> list[list[int]]:
+def test_engine_replies_are_the_same_with_the_kernels_or_torch(model_path: Path) -> None:
+    def greedy(cpu_kernels: bool) -> list[list[int]]:
         config = LLMConfig(model_path, device="cpu", num_threads=2, decode_dtype="same",
                            kv_cache_tokens=1024, max_context_tokens=512)  # fmt: skip
         engine = LLMEngine(config)
-        assert engine.runner.model.kernel_attention  # on by default on this CPU
-        engine.runner.model.kernel_attention = kernel_attention
+        assert engine.runner.model.cpu_kernels  # on by default on this CPU
+        engine.runner.model.cpu_kernels = cpu_kernels
         texts = ("Why is the sky blue?", "Give me two tips for sleeping well.")
         replies: dict[int, list[int]] = {0: [], 1: []}
         for index, text in enumerate(texts):  # two requests decoding in one batch
