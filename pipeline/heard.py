@@ -53,7 +53,9 @@ class Playback:
         return played if sent_samples is None else min(played, sent_samples)
 
     def fully_played(self, now_ns: int, sent_samples: int | None = None) -> bool:
-        total = sum(samples for _, samples in self.fragments)
+        # The fragments' stamps come on the TTS events ring and may lag the audio (and its
+        # AUDIO_END) on the data ring: what was delivered bounds the reply from below.
+        total = max(sum(samples for _, samples in self.fragments), self.delivered_samples)
         return self.complete and self.played_samples(now_ns, sent_samples) >= total
 
 

@@ -23,6 +23,8 @@ from pipeline.supervisor import Supervisor
 from pipeline.trace import TraceSink, TurnTrace
 
 FRAME_MS = 20
+# How often trace rows waiting for their reply audio to play are checked (Session.settle).
+SETTLE_INTERVAL_S = 0.05
 # Client audio goes to the ASR in records of at most this many bytes (1 s at 16 kHz), so
 # one large client message cannot take a big bite of the shared input ring at once.
 MAX_AUDIO_RECORD_BYTES = 32_000
@@ -88,6 +90,9 @@ class Pipeline:
 
     def _on_record(self, stage: str, record: Record) -> None:
         if record.kind == RecordKind.END_OF_INPUT:
+            session = self.router.sessions.get(record.session_id)
+            if session is not None:
+                session.flush()  # every turn of the input is complete: write their rows
             sink = self._sinks.get(record.session_id)
             if sink is not None:
                 sink.done.set()
@@ -96,13 +101,25 @@ class Pipeline:
 
     async def __aenter__(self) -> Pipeline:
         await self.supervisor.start()
+        self._settler = asyncio.create_task(self._settle_rows())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._settler.cancel()
+        for session in self.router.sessions.values():
+            session.flush()
         await self.supervisor.stop()
         self.traces.close()
         if self._spans is not None:
             self._spans.shutdown()
+
+    async def _settle_rows(self) -> None:
+        """Writes each turn's trace row once its reply audio has played (Session.settle)."""
+        while True:
+            await asyncio.sleep(SETTLE_INTERVAL_S)
+            now = time.perf_counter_ns()
+            for session in list(self.router.sessions.values()):
+                session.settle(now)
 
     def open_session(self, sink: Sink, transport: str) -> Session:
         """A live session (a WebSocket client): its output goes to `sink`."""

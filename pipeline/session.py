@@ -91,6 +91,9 @@ class Session:
         self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
+        # Turns whose reply audio has all arrived but still plays (at 1x from the first
+        # sample): their row is written once it has played, or at a barge-in that cuts it.
+        self._playing: dict[int, TurnTrace] = {}
         self.gate = CommitGate()
         self._retracted_ns: dict[int, int] = {}  # turn -> its last RESUME left the TTS
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
@@ -157,13 +160,34 @@ class Session:
         self.playback_end_ns = 0
         for turn in [t for t in self.playbacks if t < self.min_turn]:
             del self.playbacks[turn]
+        cut = dict(heard)
         for stale in [t for t in self.turns if t < self.min_turn]:
             trace = self.turns.pop(stale)
             if trace.transcript:
                 trace.barge_in_ns = at_ns
-                trace.heard_text = dict(heard).get(stale, "")
+                trace.heard_text = cut.get(stale, "")
                 self._finish(trace)
+        for stale in [t for t in self._playing if t < self.min_turn]:
+            trace = self._playing.pop(stale)
+            if stale in cut:  # still playing: the cut is heard
+                trace.barge_in_ns = at_ns
+                trace.heard_text = cut[stale]
+            self._write(trace)
         return heard
+
+    def settle(self, now_ns: int | None = None) -> None:
+        """Writes the rows of turns whose reply has finished playing by `now_ns`."""
+        now_ns = now_ns or time.perf_counter_ns()
+        for turn, trace in list(self._playing.items()):
+            playback = self.playbacks.get(turn)
+            if playback is None or playback.end_ns() <= now_ns:
+                del self._playing[turn]
+                self._write(trace)
+
+    def flush(self) -> None:
+        """Writes every row still waiting for its audio to play (input ended, closing)."""
+        for turn in sorted(self._playing):
+            self._write(self._playing.pop(turn))
 
     def heard_before(self, turn_id: int, now_ns: int) -> list[tuple[int, str]]:
         """(turn, heard text) for every reply older than `turn_id` that a cut at `now_ns`
@@ -221,6 +245,11 @@ class Session:
         # TTS stamps TTS_DONE on its events ring after this record: it would arrive after
         # the turn is written. This record left TTS at the same moment.
         trace.mark(Stamp.TTS_DONE, record.stamp_ns)
+        still_playing = self.playbacks.get(record.turn_id)
+        if still_playing is not None and still_playing.end_ns() > now:
+            self._end(record.turn_id)  # done here; its row waits for the audio to play
+            self._playing[record.turn_id] = trace
+            return
         self._finish(trace)
 
     def _end(self, turn_id: int) -> None:
@@ -238,6 +267,9 @@ class Session:
 
     def _finish(self, trace: TurnTrace) -> None:
         self._end(trace.turn_id)
+        self._write(trace)
+
+    def _write(self, trace: TurnTrace) -> None:
         self._traces.write(trace)
         self.finished.append(trace)
         self.sink.on_turn_done(trace)
@@ -332,7 +364,9 @@ class SessionRouter:
         return session
 
     def close(self, session_id: int) -> None:
-        self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.flush()
 
     def on_record(self, stage: str, record: Record) -> None:
         session = self.sessions.get(record.session_id)
