@@ -1,5 +1,5 @@
 /* Matmuls straight on GGUF's quantized blocks (Q4_1, Q8_0), for the native engine's
- * small forwards on a CPU: decode steps and prompt tails (docs/llm.md, "GGUF blocks").
+ * small forwards on a CPU: decode steps and prompt tails (docs/llm.md, "Session 7").
  *
  * Why: a decode step reads every weight once, so on a CPU it is bound by memory
  * bandwidth. The file's own blocks are 0.625 (Q4_1) and 1.06 (Q8_0) bytes per weight,
