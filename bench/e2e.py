@@ -59,6 +59,9 @@ class _ClearWatch:
     def on_error(self, turn_id: int, message: str) -> None:
         pass
 
+    def on_audio_end(self, turn_id: int) -> None:
+        pass
+
     def on_turn_done(self, trace: TurnTrace) -> None:
         pass
 

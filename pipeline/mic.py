@@ -153,10 +153,13 @@ class MicSession:
     def on_error(self, turn_id: int, message: str) -> None:
         print(f"turn {turn_id} failed: {message}", file=sys.stderr, flush=True)
 
-    def on_turn_done(self, trace: TurnTrace) -> None:
-        resampler = self._resamplers.pop(trace.turn_id, None)
+    def on_audio_end(self, turn_id: int) -> None:
+        resampler = self._resamplers.pop(turn_id, None)
         if resampler is not None:
             self.speaker.push(resampler.convert(b"", last=True))
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        self.on_audio_end(trace.turn_id)  # a failed or cut turn: whatever is left
         row = trace.to_dict()
         print(f"you: {row['transcript']}", flush=True)
         if not row["error"]:

@@ -58,6 +58,9 @@ class CollectingSink:
     def on_error(self, turn_id: int, message: str) -> None:
         self.errors.append(message)
 
+    def on_audio_end(self, turn_id: int) -> None:
+        pass
+
     def on_turn_done(self, trace: TurnTrace) -> None:
         pass
 

@@ -57,7 +57,11 @@ class Sink(Protocol):
 
     def on_error(self, turn_id: int, message: str) -> None: ...
 
-    def on_turn_done(self, trace: TurnTrace) -> None: ...
+    def on_audio_end(self, turn_id: int) -> None:
+        """The turn's reply audio is all delivered (flush what a transport holds back)."""
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        """The turn's row: once its reply has played, or at once if cut or failed."""
 
 
 class Session:
@@ -245,6 +249,7 @@ class Session:
         # TTS stamps TTS_DONE on its events ring after this record: it would arrive after
         # the turn is written. This record left TTS at the same moment.
         trace.mark(Stamp.TTS_DONE, record.stamp_ns)
+        self.sink.on_audio_end(record.turn_id)
         still_playing = self.playbacks.get(record.turn_id)
         if still_playing is not None and still_playing.end_ns() > now:
             self._end(record.turn_id)  # done here; its row waits for the audio to play

@@ -77,6 +77,7 @@ class ClientSession:
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
+        self._audio_done: set[int] = set()  # turns whose response.done went out, row to come
         self._overflowed = False  # reply audio was dropped since the writer was last idle
         self._last_sent = self._loop.time()  # the writer's last completed send, or the
         # last time the transport's buffer was seen to shrink (the kernel took bytes)
@@ -129,12 +130,23 @@ class ClientSession:
     def on_error(self, turn_id: int, message: str) -> None:
         self.send_event("error", code="stage_failed", message=message, turn=turn_id)
 
-    def on_turn_done(self, trace: TurnTrace) -> None:
-        resampler = self._resamplers.pop(trace.turn_id, None)
+    def on_audio_end(self, turn_id: int) -> None:
+        resampler = self._resamplers.pop(turn_id, None)
         if resampler is not None:
-            self._send_audio(trace.turn_id, resampler.convert(b"", last=True))
-        status = "failed" if trace.error else "completed"
-        self.send_event("response.done", turn=trace.turn_id, status=status)
+            self._send_audio(turn_id, resampler.convert(b"", last=True))
+        self.send_event("response.done", turn=turn_id, status="completed")
+        self._audio_done.add(turn_id)
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        # The row comes once the reply has played; `response.done` went with its audio,
+        # unless the turn failed or was cut before its audio was complete.
+        if trace.turn_id not in self._audio_done:
+            resampler = self._resamplers.pop(trace.turn_id, None)
+            if resampler is not None:
+                self._send_audio(trace.turn_id, resampler.convert(b"", last=True))
+            status = "failed" if trace.error else "completed"
+            self.send_event("response.done", turn=trace.turn_id, status=status)
+        self._audio_done.discard(trace.turn_id)
         self.send_event("trace", **trace.to_dict())
 
     # Outgoing queue.

@@ -149,11 +149,15 @@ class CallBridge:
     def on_error(self, turn_id: int, message: str) -> None:
         self.note("error", f"turn {turn_id}: {message}")
 
-    def on_turn_done(self, trace: TurnTrace) -> None:
-        resampler = self._resamplers.pop(trace.turn_id, None)
+    def on_audio_end(self, turn_id: int) -> None:
+        resampler = self._resamplers.pop(turn_id, None)
         if resampler is not None:
             self.port.play(resampler.convert(b"", last=True))
         self.port.flush()
+
+    def on_turn_done(self, trace: TurnTrace) -> None:
+        if trace.turn_id in self._resamplers:  # failed or cut before its audio was complete
+            self.on_audio_end(trace.turn_id)
         self.traces.append(trace)
         if trace.turn_id == self._goodbye_turn and not trace.barge_in_ns:
             self.port.hangup("the dialogue ended", after_playback=True)

@@ -105,5 +105,8 @@ class NullSink:
     def on_error(self, turn_id, message):
         pass
 
+    def on_audio_end(self, turn_id):
+        pass
+
     def on_turn_done(self, trace):
         pass

@@ -43,6 +43,9 @@ class TimedSink:
     def on_error(self, turn_id: int, message: str) -> None:
         self.texts.append((turn_id, time.perf_counter_ns(), "error", message))
 
+    def on_audio_end(self, turn_id: int) -> None:
+        pass
+
     def on_turn_done(self, trace) -> None:
         self.done.append(trace.turn_id)
         if not trace.barge_in_ns:

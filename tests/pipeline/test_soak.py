@@ -45,6 +45,9 @@ class _TurnSink:
     def on_error(self, turn_id, message):
         self.errors.append(message)
 
+    def on_audio_end(self, turn_id: int) -> None:
+        pass
+
     def on_turn_done(self, trace):
         self.done.put_nowait(trace)
 
