@@ -159,7 +159,9 @@ class CallBridge:
         if trace.turn_id in self._resamplers:  # failed or cut before its audio was complete
             self.on_audio_end(trace.turn_id)
         self.traces.append(trace)
-        if trace.turn_id == self._goodbye_turn and not trace.barge_in_ns:
+        # Rows still waiting for their reply to play are written when the call closes:
+        # a call already over is not hung up again.
+        if trace.turn_id == self._goodbye_turn and not trace.barge_in_ns and not self.closed:
             self.port.hangup("the dialogue ended", after_playback=True)
 
     def close(self) -> None:
