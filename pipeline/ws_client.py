@@ -131,23 +131,23 @@ class ClientSession:
         self.send_event("error", code="stage_failed", message=message, turn=turn_id)
 
     def on_audio_end(self, turn_id: int) -> None:
-        resampler = self._resamplers.pop(turn_id, None)
-        if resampler is not None:
-            self._send_audio(turn_id, resampler.convert(b"", last=True))
-        self.send_event("response.done", turn=turn_id, status="completed")
-        self._audio_done.add(turn_id)
+        self._end_audio(turn_id, "completed")
 
     def on_turn_done(self, trace: TurnTrace) -> None:
         # The row comes once the reply has played; `response.done` went with its audio,
         # unless the turn failed or was cut before its audio was complete.
         if trace.turn_id not in self._audio_done:
-            resampler = self._resamplers.pop(trace.turn_id, None)
-            if resampler is not None:
-                self._send_audio(trace.turn_id, resampler.convert(b"", last=True))
-            status = "failed" if trace.error else "completed"
-            self.send_event("response.done", turn=trace.turn_id, status=status)
+            self._end_audio(trace.turn_id, "failed" if trace.error else "completed")
         self._audio_done.discard(trace.turn_id)
         self.send_event("trace", **trace.to_dict())
+
+    def _end_audio(self, turn_id: int, status: str) -> None:
+        """The resampler's tail, then `response.done`: the turn's audio is complete."""
+        resampler = self._resamplers.pop(turn_id, None)
+        if resampler is not None:
+            self._send_audio(turn_id, resampler.convert(b"", last=True))
+        self.send_event("response.done", turn=turn_id, status=status)
+        self._audio_done.add(turn_id)
 
     # Outgoing queue.
 
