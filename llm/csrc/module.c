@@ -16,9 +16,14 @@
 
 int cpu_supported(void) {
 #if HAVE_X86
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    /* Asked on every kernel call (~150 a decode step): the CPU does not change. */
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    }
+    return known;
 #else
     return 0;
 #endif
