@@ -64,6 +64,11 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("TTS first token -> first audio p50, partial input (ms)", "tts.first_audio_ms.p50.partial"),
     ("TTS first token -> first audio p50, whole sentence (ms)", "tts.first_audio_ms.p50.sentence"),
     ("TTS first audio, partial / sentence", "tts.first_audio_partial_over_sentence"),
+    (
+        "TTS first token -> first audio p50, vocoder on whole sentences (ms)",
+        "tts.first_audio_ms.p50.partial_whole",
+    ),
+    ("TTS first audio, vocoder in chunks / whole", "tts.first_audio_chunked_over_whole"),
     ("TTS real-time factor", "tts.rtf"),
     ("ring one-way latency p50, 640 B (us)", "ipc.ring.p50_us.640"),
     ("pyzmq ipc one-way latency p50, 640 B (us)", "ipc.zmq.p50_us.640"),

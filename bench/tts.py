@@ -1,12 +1,16 @@
 """TTS: time from the first LLM token to the first audio sample, partial-input vs
-sentence-level synthesis, and the real-time factor of synthesis.
+sentence-level synthesis, the vocoder in chunks vs whole, and the real-time factor.
 
 Each reply is tokenized with the SmolLM2 tokenizer and its text deltas arrive one per
 TOKEN_GAP_S, in real time, as the LLM would stream them. Partial-input: every delta goes
 into the pipeline's `Chunker` and a released fragment is synthesized at once. Sentence-
 level: the text waits for the whole first sentence, which is then synthesized. First
 audio = the first `AudioChunk` out of `Voice.synthesize` minus the first token's arrival.
-Both modes run on the same reply back to back, so machine load hits them alike.
+"partial" is the pipeline's default (the first fragment's audio comes out of the vocoder
+in chunks, tts/vocoder.py); "partial_whole" the same fragments with the vocoder run on
+each sentence whole (`first_chunk_frames=0`, the stage before session 8); "sentence"
+synthesizes the whole first sentence whole, as a sentence-streaming design does. All
+modes run on the same reply back to back, so machine load hits them alike.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ REPLIES = (
 )
 # A sentence is complete once its mark is followed by a space (or the reply ends).
 _SENTENCE_END = re.compile(r"[.?!]+(?=\s)")
+MODES = ("partial", "partial_whole", "sentence")
 
 
 def _deltas(tokenizer: ChatTokenizer, text: str) -> list[str]:
@@ -84,13 +89,15 @@ def sentence_first_audio_ms(voice: Voice, deltas: list[str]) -> float:
 def run() -> dict[str, float]:
     config = TTSConfig(voice_dir=asset_path("joe"))
     voice = Voice(config)
+    whole = Voice(TTSConfig(voice_dir=asset_path("joe"), first_chunk_frames=0))
     tokenizer = ChatTokenizer(read_tokenizer_data(GGUFFile(asset_path("smollm2") / "model.gguf")))
     replies = [_deltas(tokenizer, reply) for reply in REPLIES]
-    first_audio: dict[str, list[float]] = {"partial": [], "sentence": []}
+    first_audio: dict[str, list[float]] = {mode: [] for mode in MODES}
     for _ in range(ROUNDS):
         for deltas in replies:
             first_audio["partial"].append(partial_first_audio_ms(voice, config, deltas))
-            first_audio["sentence"].append(sentence_first_audio_ms(voice, deltas))
+            first_audio["partial_whole"].append(partial_first_audio_ms(whole, config, deltas))
+            first_audio["sentence"].append(sentence_first_audio_ms(whole, deltas))
     synth_s = audio_s = 0.0
     for reply in REPLIES:
         started = time.perf_counter()
@@ -110,6 +117,10 @@ def run() -> dict[str, float]:
     results["tts.first_audio_partial_over_sentence"] = round(
         results["tts.first_audio_ms.p50.partial"] / results["tts.first_audio_ms.p50.sentence"], 3
     )
+    results["tts.first_audio_chunked_over_whole"] = round(
+        results["tts.first_audio_ms.p50.partial"] / results["tts.first_audio_ms.p50.partial_whole"],
+        3,
+    )
     return results
 
 
@@ -117,15 +128,16 @@ def table(results: dict[str, float]) -> str:
     lines = [
         f"TTS: first LLM token -> first audio (ms), {results['tts.replies']:.0f} replies x "
         f"{ROUNDS}, one token per {results['tts.token_gap_ms']:.0f} ms",
-        f"{'mode':9} {'p50':>8} {'p95':>8}",
+        f"{'mode':13} {'p50':>8} {'p95':>8}",
     ]
-    for mode in ("partial", "sentence"):
+    for mode in MODES:
         lines.append(
-            f"{mode:9} {results[f'tts.first_audio_ms.p50.{mode}']:>8.1f} "
+            f"{mode:13} {results[f'tts.first_audio_ms.p50.{mode}']:>8.1f} "
             f"{results[f'tts.first_audio_ms.p95.{mode}']:>8.1f}"
         )
     lines.append(
         f"partial / sentence p50 = {results['tts.first_audio_partial_over_sentence']:.3f}; "
+        f"vocoder chunked / whole p50 = {results['tts.first_audio_chunked_over_whole']:.3f}; "
         f"synthesis RTF {results['tts.rtf']:.3f}"
     )
     return "\n".join(lines)

@@ -53,7 +53,7 @@ def fade_edges(audio: np.ndarray, fade_samples: int) -> np.ndarray:
     faded = audio.astype(np.float32, copy=True)
     fade_samples = min(fade_samples, len(faded) // 2)
     if fade_samples > 0:
-        ramp = 0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, fade_samples, dtype=np.float32))
+        ramp = _ramp(fade_samples)
         faded[:fade_samples] *= ramp
         faded[-fade_samples:] *= ramp[::-1]
     return faded
@@ -61,3 +61,71 @@ def fade_edges(audio: np.ndarray, fade_samples: int) -> np.ndarray:
 
 def to_int16(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+class SentenceShaper:
+    """`trim_silence` and `fade_edges` of one sentence, with its pause appended, for audio
+    that arrives in chunks (tts/vocoder.py): the same samples as shaping the whole
+    sentence at once, given out as soon as they are known.
+
+    Leading silence is held until the first voiced sample; the last `fade_samples` of
+    each chunk are held back so the fade-out always has them; the trailing trim is done
+    on the last chunk, counting the silence already given out before it.
+    """
+
+    def __init__(self, sample_rate: int, gain: float, fade_samples: int) -> None:
+        self._sample_rate = sample_rate
+        self._gain = gain
+        self._fade = fade_samples
+        self._lead_keep = int(LEAD_KEEP_MS * sample_rate / 1000)
+        self._tail_keep = int(TAIL_KEEP_MS * sample_rate / 1000)
+        self._held = np.zeros(0, dtype=np.float32)
+        self._started = False  # a voiced sample has been seen
+        self._faded_in = False
+        self._since_voiced = 0  # samples given out or held since the last voiced one
+
+    def push(self, audio: np.ndarray, *, last: bool, pause_samples: int = 0) -> np.ndarray:
+        """Shaped float32 audio ready to play (maybe empty); the pause follows `last`."""
+        pause = np.zeros(pause_samples if last else 0, dtype=np.float32)
+        if last and not self._started and len(self._held) == 0:  # the sentence in one piece
+            voiced = trim_silence(audio * self._gain, self._sample_rate)
+            return np.concatenate([fade_edges(voiced, self._fade), pause])
+        pending = np.concatenate([self._held, audio.astype(np.float32) * self._gain])
+        self._held = pending[:0]
+        voiced = np.flatnonzero(np.abs(pending) > SILENCE_LEVEL)
+        if not self._started:
+            if len(voiced) == 0:
+                self._held = pending if not last else pending[:0]
+                return pause
+            start = max(0, int(voiced[0]) - self._lead_keep)
+            pending, voiced = pending[start:], voiced - start
+            self._started = True
+        if len(voiced):
+            self._since_voiced = len(pending) - int(voiced[-1]) - 1
+        else:
+            self._since_voiced += len(pending)
+        if last:
+            stop = len(pending) - max(0, self._since_voiced - self._tail_keep)
+            out = pending[:stop].copy()
+            fade = min(self._fade, len(out) // 2) if not self._faded_in else self._fade
+            self._fade_in(out, fade)
+            if fade > 0 and len(out) >= fade:
+                out[-fade:] *= _ramp(fade)[::-1]
+            return np.concatenate([out, pause])
+        # Not the last chunk: keep its last fade_samples for the fade-out that may come.
+        keep = min(self._fade, len(pending))
+        out, self._held = pending[: len(pending) - keep].copy(), pending[len(pending) - keep :]
+        self._fade_in(out, self._fade)
+        return out
+
+    def _fade_in(self, out: np.ndarray, fade: int) -> None:
+        if self._faded_in or fade <= 0 or len(out) == 0:
+            return
+        # The whole fade-in lies in the first piece given out (pieces are >= ~0.1 s).
+        fade = min(fade, len(out))
+        out[:fade] *= _ramp(fade)
+        self._faded_in = True
+
+
+def _ramp(samples: int) -> np.ndarray:
+    return 0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, samples, dtype=np.float32))

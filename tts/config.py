@@ -46,6 +46,9 @@ class TTSConfig:
     gain_db: float = 4.0
     # onnxruntime intra-op threads; Piper medium runs ~7x real time on one core.
     num_threads: int = 1
+    # Vocoder frames (256 samples, ~12 ms each) in a sentence's first audio chunk; later
+    # chunks double (tts/vocoder.py). 0 runs Piper's model whole, one chunk per sentence.
+    first_chunk_frames: int = 16
 
     def __post_init__(self) -> None:
         # Accept a str from TOML/CLI settings; the frozen field is set once, here.
@@ -89,5 +92,9 @@ class TTSConfig:
             raise ValueError(f"clause_pause_ms={self.clause_pause_ms} is outside 0..2000 ms")
         if not -24.0 <= self.gain_db <= 24.0:
             raise ValueError(f"gain_db={self.gain_db} is outside -24..24 dB")
+        if not 0 <= self.first_chunk_frames <= 512:
+            raise ValueError(
+                f"first_chunk_frames={self.first_chunk_frames} is outside 0..512 (0 = no chunking)"
+            )
         if self.num_threads < 1:
             raise ValueError(f"num_threads={self.num_threads} must be at least 1")

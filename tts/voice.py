@@ -6,15 +6,15 @@ import json
 from collections.abc import Iterable, Iterator
 
 import numpy as np
-import onnxruntime
 import soxr
 from piper import PiperVoice, SynthesisConfig
 from piper.config import PiperConfig
 
-from tts.audio import AudioChunk, fade_edges, to_int16, trim_silence
+from tts.audio import AudioChunk, SentenceShaper, to_int16
 from tts.chunker import Chunker
 from tts.config import TTSConfig
 from tts.text import clean_for_speech
+from tts.vocoder import SplitVoiceModel, onnx_session
 
 _SENTENCE_END = ".?!"
 _CLAUSE_END = ",;:"
@@ -33,16 +33,14 @@ class Voice:
         piper_config = PiperConfig.from_dict(
             json.loads((config.voice_dir / "voice.onnx.json").read_text(encoding="utf-8"))
         )
-        # PiperVoice.load takes no session options, so the session is built here to
-        # pin the thread count (the machine is shared with the ASR and LLM workers).
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = config.num_threads
-        options.inter_op_num_threads = 1
-        session = onnxruntime.InferenceSession(
-            str(config.voice_dir / "voice.onnx"),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
+        # With chunking the model runs as two sessions (tts/vocoder.py) and PiperVoice
+        # only phonemizes; it needs a session all the same, so it gets the front half.
+        self._split: SplitVoiceModel | None = None
+        if config.first_chunk_frames:
+            self._split = SplitVoiceModel(config.voice_dir / "voice.onnx", config.num_threads)
+            session = self._split.front_session
+        else:
+            session = onnx_session(config.voice_dir / "voice.onnx", config.num_threads)
         self._piper = PiperVoice(session=session, config=piper_config)
         self.native_sample_rate: int = piper_config.sample_rate
         self.sample_rate: int = config.output_sample_rate or self.native_sample_rate
@@ -55,7 +53,7 @@ class Voice:
         self._fade_samples = round(config.fade_ms * self.native_sample_rate / 1000)
         # The first onnxruntime run allocates and plans; pay that here, not on the
         # first reply (it roughly doubles the first call's latency).
-        for _ in self._piper.synthesize(_WARMUP_TEXT, syn_config=self._syn_config):
+        for _ in self.synthesize(_WARMUP_TEXT, final=True):
             pass
 
     def synthesize(
@@ -89,21 +87,38 @@ class Voice:
         resampler = self._new_resampler()
         for index, phonemes in enumerate(sentences):
             is_last_sentence = index == len(sentences) - 1
-            audio = self._piper.phoneme_ids_to_audio(
-                self._piper.phonemes_to_ids(phonemes), syn_config
-            )
-            assert isinstance(audio, np.ndarray)  # a tuple only with alignments
             # Pauses keep their share of the speech: faster speech, shorter pauses.
             pause_ms = 0.0 if final and is_last_sentence else self._pause_ms(phonemes) / speed
-            shaped = self._shape(audio, pause_ms)
-            if resampler is not None:
-                shaped = resampler.resample_chunk(shaped, last=is_last_sentence)
-            yield AudioChunk(
-                pcm=to_int16(shaped),
-                sample_rate=self.sample_rate,
-                text=text,
-                is_last=final and is_last_sentence,
-            )
+            shaper = SentenceShaper(self.native_sample_rate, self._gain, self._fade_samples)
+            pause_samples = round(pause_ms * self.native_sample_rate / 1000)
+            # Only a fragment's first sentence is worth chunking: the later ones are
+            # synthesized while it plays.
+            chunk_frames = self.config.first_chunk_frames if index == 0 else 0
+            phoneme_ids = self._piper.phonemes_to_ids(phonemes)
+            for piece, last_piece in self._sentence_audio(phoneme_ids, syn_config, chunk_frames):
+                shaped = shaper.push(piece, last=last_piece, pause_samples=pause_samples)
+                last = is_last_sentence and last_piece
+                if resampler is not None:
+                    shaped = resampler.resample_chunk(shaped, last=last)
+                if len(shaped) or last_piece:
+                    yield AudioChunk(
+                        pcm=to_int16(shaped),
+                        sample_rate=self.sample_rate,
+                        text=text,
+                        is_last=final and last,
+                    )
+
+    def _sentence_audio(
+        self, phoneme_ids: list[int], syn_config: SynthesisConfig, first_chunk_frames: int
+    ) -> Iterator[tuple[np.ndarray, bool]]:
+        """One sentence's raw audio, in chunks when the model is split: (audio, last)."""
+        if self._split is None:
+            audio = self._piper.phoneme_ids_to_audio(phoneme_ids, syn_config)
+            assert isinstance(audio, np.ndarray)  # a tuple only with alignments
+            yield audio, True
+            return
+        latents = self._split.latents(self._feeds(phoneme_ids, syn_config))
+        yield from self._split.audio(latents, first_chunk_frames)
 
     def synthesize_stream(self, deltas: Iterable[str]) -> Iterator[AudioChunk]:
         """Chunk streamed LLM deltas and synthesize each fragment as it is released."""
@@ -144,10 +159,23 @@ class Voice:
         # Cut mid-clause (word cap): any pause would be heard as a stumble.
         return 0.0
 
-    def _shape(self, audio: np.ndarray, pause_ms: float) -> np.ndarray:
-        voiced = trim_silence(audio * self._gain, self.native_sample_rate)
-        pause = np.zeros(round(pause_ms * self.native_sample_rate / 1000), dtype=np.float32)
-        return np.concatenate([fade_edges(voiced, self._fade_samples), pause])
+    def _feeds(self, phoneme_ids: list[int], syn_config: SynthesisConfig) -> dict[str, np.ndarray]:
+        """The model's inputs for one sentence, as PiperVoice.phoneme_ids_to_audio builds
+        them (a single-speaker voice: no speaker id)."""
+        scales = [syn_config.noise_scale, syn_config.length_scale, syn_config.noise_w_scale]
+        defaults = [
+            self._piper.config.noise_scale,
+            self._piper.config.length_scale,
+            self._piper.config.noise_w_scale,
+        ]
+        return {
+            "input": np.array([phoneme_ids], dtype=np.int64),
+            "input_lengths": np.array([len(phoneme_ids)], dtype=np.int64),
+            "scales": np.array(
+                [d if v is None else v for v, d in zip(scales, defaults, strict=True)],
+                dtype=np.float32,
+            ),
+        }
 
     def _new_resampler(self) -> soxr.ResampleStream | None:
         if self.sample_rate == self.native_sample_rate:

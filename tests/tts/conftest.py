@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -26,3 +27,11 @@ def config(voice_dir: Path) -> TTSConfig:
 @pytest.fixture(scope="session")
 def voice(config: TTSConfig) -> Voice:
     return Voice(config)
+
+
+@pytest.fixture(scope="session")
+def whole_voice(config: TTSConfig) -> Voice:
+    """The vocoder run on whole sentences: every chunk joint is a sentence or fragment
+    edge, which is what the click checks look at (the chunked vocoder's own joints are
+    checked sample by sample against this in test_vocoder.py)."""
+    return Voice(dataclasses.replace(config, first_chunk_frames=0))
