@@ -43,6 +43,9 @@ class ASRConfig:
     # Share of the ASR process's time that partial decodes of all its sessions together
     # may use (asr/budget.py); end-of-turn decodes are never held back.
     partial_cpu_share: float = 0.5
+    # Pin the encoder's and the text decoder's threads to different CPUs at each decode
+    # (asr/threads.py): after an idle spell Linux left them sharing one here.
+    spread_threads: bool = True
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

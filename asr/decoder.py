@@ -28,6 +28,7 @@ from faster_whisper.tokenizer import Tokenizer
 
 from asr.config import ASRConfig
 from asr.textdecoder import TextDecoder, load_text_decoder
+from asr.threads import PLACEMENT
 
 SAMPLE_RATE = 16_000
 HOP_SAMPLES = 160  # one mel frame per 10 ms
@@ -113,6 +114,7 @@ class WhisperDecoder:
     def __init__(self, model: WhisperModel, config: ASRConfig) -> None:
         self._model = model
         self._beam_size = config.beam_size
+        self._spread_threads = config.spread_threads
         self._min_frames = int(config.encoder_context_s * SAMPLE_RATE / HOP_SAMPLES)
         self._tokenizer = Tokenizer(
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
@@ -131,6 +133,8 @@ class WhisperDecoder:
         the text; CTranslate2 ignores it."""
         assert audio.ndim == 1 and audio.size <= FULL_FRAMES * HOP_SAMPLES, audio.shape
         started = time.perf_counter()
+        if self._spread_threads:
+            PLACEMENT.spread()
         audio_frames = math.ceil(audio.size / HOP_SAMPLES)
         frames = min(FULL_FRAMES, max(self._min_frames, audio_frames + TRAILING_CONTEXT_FRAMES))
         seconds = audio.size / SAMPLE_RATE
@@ -164,7 +168,9 @@ class WhisperDecoder:
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
         if self._text_decoder is not None:
             return self._run_native(features, max_tokens, draft)
-        encoded = self._model.model.encode(features, to_cpu=False)
+        encoded = PLACEMENT.observe(
+            "encoder", lambda: self._model.model.encode(features, to_cpu=False)
+        )
         result = self._model.model.generate(
             encoded,
             [self._prompt],
@@ -182,15 +188,21 @@ class WhisperDecoder:
         self, features: ctranslate2.StorageView, max_tokens: int, draft: list[int]
     ) -> tuple[str, bool]:
         assert self._text_decoder is not None
-        encoded = self._model.model.encode(features, to_cpu=True)
+        text_decoder = self._text_decoder
+        encoded = PLACEMENT.observe(
+            "encoder", lambda: self._model.model.encode(features, to_cpu=True)
+        )
         hidden = torch.from_numpy(np.array(encoded)[0])  # (frames / 2, d), a copy
-        result = self._text_decoder.decode(
-            hidden,
-            self._prompt,
-            draft,
-            max_tokens,
-            self._tokenizer.eot,
-            self._tokenizer.no_speech,
+        result = PLACEMENT.observe(
+            "text decoder",
+            lambda: text_decoder.decode(
+                hidden,
+                self._prompt,
+                draft,
+                max_tokens,
+                self._tokenizer.eot,
+                self._tokenizer.no_speech,
+            ),
         )
         return self._judge(result.tokens, result.sum_logprob, result.no_speech_prob, max_tokens)
 

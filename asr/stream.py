@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from faster_whisper import WhisperModel
 from faster_whisper.vad import SileroVADModel
+from threadpoolctl import threadpool_limits
 
 from asr.agreement import LocalAgreement
 from asr.audio import AudioConverter, AudioInput
@@ -48,9 +49,16 @@ MIN_PARTIAL_SAMPLES = SAMPLE_RATE // 2
 
 
 def load_asr(config: ASRConfig) -> tuple[WhisperModel, SileroVADModel]:
-    """Load the Whisper model and the Silero VAD once; share them across ASRStreams."""
+    """Load the Whisper model and the Silero VAD once; share them across ASRStreams.
+
+    Also limits numpy's BLAS to one thread in this process: the log-mel's matmul is small,
+    and OpenBLAS's second thread, once woken, busy-waits ~0.1 s on a core, which is the
+    whole encoder call that follows it (measured: the encoder then gets one core, 78 vs
+    102 ms a pause decode; docs/asr.md, "The encoder after an idle spell").
+    """
     from pipeline.models import asset_path
 
+    threadpool_limits(limits=1, user_api="blas")
     model = WhisperModel(
         str(asset_path(config.model)),
         device="cpu",

@@ -182,4 +182,10 @@ def test_max_utterance_cut_loses_no_words(clips: Path, models) -> None:
     assert len(finals) >= 3
     hypothesis = words(" ".join(f.text for f in finals)).replace("-", " ")
     truth = " ".join(reference[n] for n in names)
-    assert jiwer.wer(truth, hypothesis) <= 0.2, hypothesis
+    # tiny.en's own errors here are 6-7 of 30 words: "ill disposed" (twice) is a near-tie
+    # that float rounding tips ("old sposed", "oldestest"), "cold hearted" comes out as
+    # one word (2 errors). 6 until session 8, 7 once numpy's BLAS ran the log-mel on one
+    # thread (the offline WER over all clips went 8.3% -> 7.3% with the same change). A
+    # cut losing its words would cost whole phrases.
+    measures = jiwer.process_words(truth, hypothesis)
+    assert measures.wer <= 0.25 and measures.deletions <= 4, hypothesis
