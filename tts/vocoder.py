@@ -7,9 +7,9 @@ HiFi-GAN vocoder (`dec`) turns those frames into audio. The vocoder is convoluti
 output sample depends only on the frames near it, so decoding frames [a, b) with 10
 frames of context on each side gives the same samples as decoding the whole sentence
 (measured on two sentences: within 7e-7 of a peak of ~0.5; with 8 frames 9e-4, with 4
-frames 4e-2). The first chunk is
-small because the listener waits for it; later chunks double, since they only have to
-be ready before the audio ahead of them has played (the vocoder runs ~10x real time).
+frames 4e-2). The first chunk is small because the listener waits for it; later chunks
+double, since they only have to be ready before the audio ahead of them has played (the
+vocoder runs ~10x real time). docs/tts.md, "The vocoder in chunks".
 """
 
 from __future__ import annotations
