@@ -32,49 +32,25 @@ class AudioChunk:
         return len(self.pcm) / self.sample_rate
 
 
-def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Cut Piper's leading/trailing silence (40 ms / 100-200 ms) down to fixed margins.
-
-    Piper's own silence varies with the final punctuation; trimming it makes the pause
-    at each joint exactly what the config asks for, and the leading trim takes ~25 ms
-    off the time to first audio.
-    """
-    voiced = np.flatnonzero(np.abs(audio) > SILENCE_LEVEL)
-    if len(voiced) == 0:
-        return audio[:0]
-    start = max(0, int(voiced[0]) - int(LEAD_KEEP_MS * sample_rate / 1000))
-    stop = min(len(audio), int(voiced[-1]) + 1 + int(TAIL_KEEP_MS * sample_rate / 1000))
-    return audio[start:stop]
-
-
-def fade_edges(audio: np.ndarray, fade_samples: int) -> np.ndarray:
-    """Raised-cosine fade in and out, so a joint to silence or to the next fragment
-    starts and ends at zero (no click). Returns a new array."""
-    faded = audio.astype(np.float32, copy=True)
-    fade_samples = min(fade_samples, len(faded) // 2)
-    if fade_samples > 0:
-        ramp = _ramp(fade_samples)
-        faded[:fade_samples] *= ramp
-        faded[-fade_samples:] *= ramp[::-1]
-    return faded
-
-
 def to_int16(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
 class SentenceShaper:
-    """`trim_silence` and `fade_edges` of one sentence, with its pause appended, for audio
-    that arrives in chunks (tts/vocoder.py): the same samples as shaping the whole
-    sentence at once, given out as soon as they are known.
+    """One sentence's audio shaped for joining: gain, Piper's leading/trailing silence
+    (40 ms / 100-200 ms) cut to fixed margins, a raised-cosine fade at both edges, then
+    its pause. Audio may arrive in chunks (tts/vocoder.py); the samples are the same as
+    for the sentence in one piece, given out as soon as they are known.
 
-    Leading silence is held until the first voiced sample; the last `fade_samples` of
-    each chunk are held back so the fade-out always has them; the trailing trim is done
-    on the last chunk, counting the silence already given out before it.
+    Piper's own silence varies with the final punctuation; trimming it makes the pause at
+    each joint exactly what the config asks for, and the leading trim takes ~25 ms off
+    the time to first audio. The fades make every joint start and end at zero (no
+    click). Leading silence is held until the first voiced sample; the last
+    `fade_samples` of each chunk are held back so the fade-out always has them; the
+    trailing trim is done on the last chunk, counting the silence given out before it.
     """
 
     def __init__(self, sample_rate: int, gain: float, fade_samples: int) -> None:
-        self._sample_rate = sample_rate
         self._gain = gain
         self._fade = fade_samples
         self._lead_keep = int(LEAD_KEEP_MS * sample_rate / 1000)
@@ -87,9 +63,6 @@ class SentenceShaper:
     def push(self, audio: np.ndarray, *, last: bool, pause_samples: int = 0) -> np.ndarray:
         """Shaped float32 audio ready to play (maybe empty); the pause follows `last`."""
         pause = np.zeros(pause_samples if last else 0, dtype=np.float32)
-        if last and not self._started and len(self._held) == 0:  # the sentence in one piece
-            voiced = trim_silence(audio * self._gain, self._sample_rate)
-            return np.concatenate([fade_edges(voiced, self._fade), pause])
         pending = np.concatenate([self._held, audio.astype(np.float32) * self._gain])
         self._held = pending[:0]
         voiced = np.flatnonzero(np.abs(pending) > SILENCE_LEVEL)

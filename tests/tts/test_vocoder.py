@@ -10,7 +10,7 @@ import pytest
 from piper import PiperVoice
 from piper.config import PiperConfig
 
-from tts.audio import SentenceShaper, fade_edges, trim_silence
+from tts.audio import LEAD_KEEP_MS, SILENCE_LEVEL, TAIL_KEEP_MS, SentenceShaper
 from tts.config import TTSConfig
 from tts.vocoder import MIN_LAST_CHUNK_FRAMES, SplitVoiceModel, chunk_bounds, onnx_session
 from tts.voice import Voice
@@ -57,6 +57,18 @@ def test_chunked_vocoder_equals_piper_run_whole(voice_dir) -> None:  # type: ign
         np.testing.assert_allclose(chunked, reference, rtol=0, atol=1e-5)
 
 
+def _shaped_whole(audio: np.ndarray, rate: int, fade: int, pause: int) -> np.ndarray:
+    """The reference: the whole sentence trimmed to its margins, faded at both edges."""
+    voiced = np.flatnonzero(np.abs(audio) > SILENCE_LEVEL)
+    start = max(0, int(voiced[0]) - int(LEAD_KEEP_MS * rate / 1000))
+    stop = min(len(audio), int(voiced[-1]) + 1 + int(TAIL_KEEP_MS * rate / 1000))
+    out = audio[start:stop].astype(np.float32)
+    ramp = 0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, fade, dtype=np.float32))
+    out[:fade] *= ramp
+    out[-fade:] *= ramp[::-1]
+    return np.concatenate([out, np.zeros(pause, dtype=np.float32)])
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_shaper_in_pieces_equals_shaping_the_whole_sentence(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -69,7 +81,9 @@ def test_shaper_in_pieces_equals_shaping_the_whole_sentence(seed: int) -> None:
             rng.normal(0, 0.0005, 3300),
         ]
     ).astype(np.float32)
-    expected = np.concatenate([fade_edges(trim_silence(audio * gain, rate), fade), np.zeros(500)])
+    expected = _shaped_whole(audio * gain, rate, fade, 500)
+    whole = SentenceShaper(rate, gain, fade).push(audio, last=True, pause_samples=500)
+    np.testing.assert_allclose(whole, expected, rtol=0, atol=1e-6)
     cuts = np.sort(rng.choice(np.arange(256, audio.size - 6000), size=4, replace=False))
     # The first cut lands in the leading room tone: the shaper must hold it.
     cuts = np.concatenate([[400], cuts, [audio.size - 5500]])
