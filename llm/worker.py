@@ -19,6 +19,13 @@ RESUME on, so TTS and the sink drop what it made; the prefilled KV stays cached.
 FINAL a reply started from the same text is committed (COMMIT goes on and the sink
 plays what it held); a different text retracts it and starts over. Only a committed
 reply enters the dialogue history.
+
+COMMIT takes the events ring straight to the supervisor when the turn never had a reply
+retracted: every audio record of the turn is then the committed reply's, so the commit
+may overtake them, and it does not wait behind the fragment TTS is synthesizing (~40 ms
+of TTFA when the reply was ready before the end of the turn, docs/pipeline.md). After a
+retraction it travels behind the data it must not overtake: the retracted reply's audio
+and its RESUME.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ class LLMHandler(TableHandler):
         self.dialogues: dict[int, Dialogue] = {}
         self.replies: dict[int, _Reply] = {}
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
+        self.retracted_turn: dict[int, int] = {}  # by session: its latest turn with a RESUME
         self.open_prompts: dict[int, _OpenPrompt] = {}  # by session
         self.cut: dict[tuple[int, int], str] = {}  # (session, turn) aborted -> transcript
         self._request_ids = itertools.count(1)
@@ -159,16 +167,20 @@ class LLMHandler(TableHandler):
         if not reply.finish_reason:
             self.backend.abort(request_id)
         del self.replies[request_id]
+        self.retracted_turn[reply.session_id] = reply.turn_id
         self.out.send(RecordKind.RESUME, session_id=reply.session_id, turn_id=reply.turn_id)
 
     def _commit(self, request_id: int, reply: _Reply) -> None:
         reply.committed = True
-        self.out.send(
-            RecordKind.COMMIT,
-            session_id=reply.session_id,
-            turn_id=reply.turn_id,
-            origin_ns=reply.origin_ns,
-        )
+        if self.retracted_turn.get(reply.session_id) == reply.turn_id:
+            self.out.send(
+                RecordKind.COMMIT,
+                session_id=reply.session_id,
+                turn_id=reply.turn_id,
+                origin_ns=reply.origin_ns,
+            )
+        else:
+            self.events.commit(reply.session_id, reply.turn_id, reply.origin_ns)
         if reply.finish_reason:  # generation ended while speculative: it counts only now
             self._settle(request_id, reply)
 
@@ -247,6 +259,7 @@ class LLMHandler(TableHandler):
             self._drop_open_prompt(record.session_id)
         if op == ControlOp.SESSION_CLOSE:
             self.dialogues.pop(record.session_id, None)
+            self.retracted_turn.pop(record.session_id, None)
             for key in [k for k in self.cut if k[0] == record.session_id]:
                 del self.cut[key]
 

@@ -63,7 +63,8 @@ class Heartbeat(threading.Thread):
 
 
 class Events:
-    """Stage -> supervisor: trace stamps and errors (their own sink, not the data path)."""
+    """Stage -> supervisor: trace stamps and errors (their own sink, not the data path),
+    and the LLM's COMMIT where it may overtake the data path (llm/worker.py)."""
 
     def __init__(self, sender: Sender) -> None:
         self._sender = sender
@@ -84,6 +85,15 @@ class Events:
             session_id=session_id,
             turn_id=turn_id,
             stamp_ns=at_ns,
+            timeout_s=2.0,
+        )
+
+    def commit(self, session_id: int, turn_id: int, origin_ns: int) -> None:
+        self._sender.send(
+            RecordKind.COMMIT,
+            session_id=session_id,
+            turn_id=turn_id,
+            origin_ns=origin_ns,
             timeout_s=2.0,
         )
 

@@ -25,6 +25,9 @@ class FakeEvents:
     def stamp(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def commit(self, *args: Any) -> None:
+        pass
+
     def error(self, *args: Any) -> None:
         raise AssertionError(f"stage error: {args}")
 
