@@ -74,12 +74,15 @@ async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float |
         await pipeline.feed(session.session_id, first.with_silence(0.6), realtime=True)
         await asyncio.wait_for(watch.first_audio.wait(), 30)
         await pipeline.feed(session.session_id, second.with_silence(0.5), realtime=True)
-        starts = [t.stamps.get(Stamp.SPEECH_START, 0) for t in session.turns.values()]
-        if not watch.cleared_ns or not any(starts):
-            return None
-        return (watch.cleared_ns - max(starts)) / 1e6
     finally:
-        pipeline.close_session(session.session_id)
+        pipeline.close_session(session.session_id)  # writes the rows of replies still playing
+    # The second turn may be open still, or its reply already all sent (then its row is
+    # among the finished ones once the close wrote it).
+    traces = [*session.turns.values(), *session.finished]
+    starts = [t.stamps.get(Stamp.SPEECH_START, 0) for t in traces]
+    if not watch.cleared_ns or not any(starts):
+        return None
+    return (watch.cleared_ns - max(starts)) / 1e6
 
 
 async def _streaming(clips: list[tuple[str, Clip]]) -> tuple[list[dict[str, Any]], list[float]]:
