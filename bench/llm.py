@@ -15,18 +15,15 @@ Each repeat uses a different utterance so no tail block is served from the cache
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from llm.config import LLMConfig
 from llm.engine import LLMEngine
 from pipeline.models import asset_path
+from pipeline.naive import load_hf_model
 
 THREADS = 2
 DECODE_TOKENS = 48
@@ -126,21 +123,6 @@ def _llamacpp_decode(ids: list[int], tokens: int) -> float | None:
     return (len(stamps) - 1) / (stamps[-1] - stamps[0])
 
 
-def _load_hf() -> torch.nn.Module:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-    path: Path = asset_path("smollm2")
-    # The GGUF converter draws its own tqdm bar on stderr; keep the bench output readable.
-    with contextlib.redirect_stderr(io.StringIO()):
-        model = AutoModelForCausalLM.from_pretrained(
-            path, gguf_file="model.gguf", dtype=torch.float32
-        )
-    return model.eval()
-
-
 def _first_token_ms(engine: LLMEngine, started: float) -> float:
     while not engine.step():
         pass
@@ -181,7 +163,7 @@ def run() -> dict[str, float]:
     # Also the cold-TTFT engine: a prefill never touches the decode weights, and with
     # prefix caching off every prompt is computed in full.
     native_fp32 = _engine(decode_dtype="same", prefix_caching=False)
-    hf = _load_hf()
+    hf = load_hf_model()
     ids = native.dialogue_prompt_ids([], PROMPT)
     for engine in (native, native_bf16, native_fp32):  # first-call allocations not measured
         _native_decode(engine, ids, 0, tokens=8)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 import wave
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,17 @@ class Clip:
     def mono_float(self) -> np.ndarray:
         samples = self.pcm16.astype(np.float32) / 32768.0
         return samples.reshape(-1, self.channels).mean(axis=1) if self.channels > 1 else samples
+
+    def paced(self, frame_ms: int, realtime: bool = True) -> Iterator[tuple[bytes, int]]:
+        """(frame, arrival_ns) at a microphone's pace, for the in-process yardsticks. A
+        frame due while the caller was busy comes at once: late, as live audio would be
+        queued, never dropped."""
+        start = time.perf_counter()
+        for index, frame in enumerate(self.frames(frame_ms)):
+            delay = start + index * frame_ms / 1000 - time.perf_counter()
+            if realtime and delay > 0:
+                time.sleep(delay)
+            yield frame, time.perf_counter_ns()
 
 
 def read_clip(path: Path) -> Clip:

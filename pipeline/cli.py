@@ -10,14 +10,13 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.config import MODES
 from pipeline.models import ModelError
 from pipeline.openmp import prefer_passive_openmp
 
 # Before any OpenMP runtime loads (stage libraries are imported lazily below): the
-# sequential mode runs Whisper, the LLM and Piper in this very process.
+# sequential and naive modes run Whisper, the LLM and Piper in this very process.
 prefer_passive_openmp()
-
-MODES = ("streaming", "sequential")
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -193,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--mode",
         choices=MODES,
         default="streaming",
-        help="streaming pipeline (default) or the sequential yardstick",
+        help="streaming pipeline (default); or a yardstick, one stage after another: "
+        "sequential (voxrelay's engines) or naive (stock runtimes: faster-whisper "
+        "transcribe, HF transformers generate, Piper)",
     )
     run.add_argument(
         "--transport",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TRANSPORTS = ("shm", "zmq")
-MODES = ("streaming", "sequential")
+MODES = ("streaming", "sequential", "naive")  # the pipeline, then its two yardsticks
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,12 @@ async def run_once(
     transport: str = "shm",
     output_rate: int | None = None,
 ) -> dict[str, Any]:
-    if mode == "sequential":
+    if mode in ("sequential", "naive"):
+        from pipeline.naive import NaivePipeline
         from pipeline.sequential import SequentialPipeline
 
-        sequential = SequentialPipeline()
-        result = sequential.run_clip(clip)
+        yardstick = SequentialPipeline() if mode == "sequential" else NaivePipeline()
+        result = yardstick.run_clip(clip)
         traces = TraceSink(trace_path)
         for trace in result.traces:
             traces.write(trace)

@@ -3,7 +3,8 @@
 Whole transcript after the endpoint (no partials, no speculation), then the whole
 reply, then the whole synthesis; the first sample leaves when all of it is done. This
 is the yardstick `make bench` measures the streaming pipeline against, so it runs in
-one process with nothing in between that streaming would not also pay.
+one process with nothing in between that streaming would not also pay. Its engines are
+the pipeline's own (pipeline/naive.py is the same chain on the stock runtimes).
 """
 
 from __future__ import annotations
@@ -60,14 +61,8 @@ class SequentialPipeline:
         dialogue = Dialogue()
         traces: list[TurnTrace] = []
         audio: list[np.ndarray] = []
-        start = time.perf_counter()
-        for index, frame in enumerate(clip.with_silence(trailing_silence_s).frames(FRAME_MS)):
-            if realtime:
-                # Frames that arrived while we were busy are late, not lost: no sleep then.
-                delay = start + index * FRAME_MS / 1000 - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-            events = stream.feed(frame, clip.sample_rate, clip.channels, time.perf_counter_ns())
+        for frame, arrival_ns in clip.with_silence(trailing_silence_s).paced(FRAME_MS, realtime):
+            events = stream.feed(frame, clip.sample_rate, clip.channels, arrival_ns)
             for event in events:
                 if isinstance(event, Final):
                     traces.append(self._turn(event, dialogue, audio))

@@ -1,0 +1,170 @@
+"""`--mode naive`: the same models on their stock runtimes, one after another.
+
+The chain a first build would be, and the one the brief's "naive chain" names: the same
+Silero VAD and end-of-turn rule as the pipeline (so the endpoint wait is the same), then
+faster-whisper's `transcribe()` on the utterance (its defaults: a 30 s window, beam
+search of 5), HF transformers' `generate()` on the same GGUF for the whole reply, and
+Piper's `synthesize()` of the whole reply; the first sample leaves when all of it is
+done. `make bench` measures the streaming pipeline against it and against `--mode
+sequential` (the pipeline's own engines, no streaming) in one run: the first ratio is
+what the whole of voxrelay saves, the second what streaming alone saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from asr.audio import AudioConverter
+from asr.config import ASRConfig
+from asr.endpoint import Endpointer, EndpointKind
+from asr.stream import load_asr
+from asr.timeline import ArrivalClock
+from asr.vad import WINDOW_SAMPLES, StreamingVAD
+from ipc.records import Stamp
+from llm.dialogue import Dialogue, llm_config
+from llm.gguf_loader import GGUFFile, read_tokenizer_data
+from llm.tokenizer import ChatTokenizer
+from pipeline.audio_io import Clip
+from pipeline.config import PipelineConfig
+from pipeline.models import asset_path
+from pipeline.run import FRAME_MS, ClipResult
+from pipeline.trace import TurnTrace
+
+SAMPLE_RATE = 16_000
+
+
+def load_hf_model() -> torch.nn.Module:
+    """SmolLM2 from the bundled GGUF through HF transformers (dequantized to float32)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging
+    except ImportError as exc:
+        raise RuntimeError(
+            "the naive chain runs the LLM on HF transformers: pip install transformers"
+        ) from exc
+    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    # The GGUF converter draws its own tqdm bar on stderr; keep the output readable.
+    with contextlib.redirect_stderr(io.StringIO()):
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+            asset_path("smollm2"), gguf_file="model.gguf", dtype=torch.float32
+        )
+    model.train(False)  # inference: no dropout
+    return model
+
+
+class _Prompts:
+    """What `Dialogue.prompt_text` needs of a backend: the chat template and a count."""
+
+    def __init__(self, tokenizer: ChatTokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def render(self, messages: Sequence[Mapping[str, str]]) -> str:
+        return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def count_tokens(self, prompt: str) -> int:
+        return len(self.tokenizer.encode(prompt))
+
+
+class NaivePipeline:
+    def __init__(
+        self, asr: dict[str, Any] | None = None, tts: dict[str, Any] | None = None
+    ) -> None:
+        from piper import PiperVoice
+
+        self.asr_config = ASRConfig(**(asr or {}))
+        self.whisper, self.vad_model = load_asr(self.asr_config)
+        self.llm_config = llm_config({})
+        self.tokenizer = ChatTokenizer(read_tokenizer_data(GGUFFile(self.llm_config.model_path)))
+        self.prompts = _Prompts(self.tokenizer)
+        self.model: Any = load_hf_model()  # transformers' generate() is untyped
+        voice_dir = asset_path(str((tts or {}).get("voice", "joe")))
+        self.voice = PiperVoice.load(voice_dir / "voice.onnx")
+        self._pad = self.asr_config.speech_pad_ms * SAMPLE_RATE // 1000
+        self._sessions = 0
+        self._models = PipelineConfig(asr=asr or {}, tts=tts or {}).model_names()
+
+    def run_clip(
+        self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0
+    ) -> ClipResult:
+        self._sessions += 1
+        converter = AudioConverter(clip.sample_rate, clip.channels)
+        vad = StreamingVAD(self.vad_model)
+        endpointer = Endpointer(self.asr_config)
+        clock = ArrivalClock()
+        chunks: list[np.ndarray] = []  # the input at 16 kHz: a yardstick keeps it all
+        dialogue = Dialogue()
+        traces: list[TurnTrace] = []
+        audio: list[np.ndarray] = []
+        start = 0
+
+        def on_end(end_sample: int) -> None:
+            speech = np.concatenate(chunks)[max(start - self._pad, 0) : end_sample + self._pad]
+            trace = self._turn(speech, clock.arrival_ns(end_sample), dialogue, audio)
+            if trace is not None:
+                traces.append(trace)
+
+        for frame, arrival_ns in clip.with_silence(trailing_silence_s).paced(FRAME_MS, realtime):
+            before = converter.input_frames
+            chunks.append(converter.convert(frame))
+            clock.record(converter.input_frames - before, clip.sample_rate, arrival_ns)
+            for prob in vad.push(chunks[-1]):
+                for event in endpointer.push(prob):
+                    if event.kind is EndpointKind.START:
+                        start = event.sample
+                    elif event.kind is EndpointKind.END:
+                        on_end(event.sample)
+        for event in endpointer.finish(vad.windows_done * WINDOW_SAMPLES):
+            on_end(event.sample)
+        pcm = np.concatenate(audio) if audio else np.zeros(0, dtype=np.int16)
+        return ClipResult(traces, pcm.tobytes(), self.voice.config.sample_rate)
+
+    def _turn(
+        self, speech: np.ndarray, speech_end_ns: int, dialogue: Dialogue, audio: list[np.ndarray]
+    ) -> TurnTrace | None:
+        asr_model, llm_model, tts_voice = self._models
+        turn = len(dialogue.exchanges)
+        trace = TurnTrace(self._sessions, turn, "file", "naive", asr_model=asr_model,
+                          llm_model=llm_model, tts_voice=tts_voice)  # fmt: skip
+        trace.mark(Stamp.SPEECH_END, speech_end_ns)
+        segments, _info = self.whisper.transcribe(speech, language="en")
+        text = " ".join(segment.text.strip() for segment in segments).strip()
+        trace.mark(Stamp.ASR_FINAL, time.perf_counter_ns())
+        if not text:
+            return None  # the VAD fired on no words: no turn, as in the pipeline
+        trace.transcript = text
+        prompt = dialogue.prompt_text(self.prompts, self.llm_config, text)
+        ids = self.tokenizer.encode(prompt)
+        trace.prefill_tokens = len(ids)
+        trace.mark(Stamp.LLM_START, time.perf_counter_ns())
+        eos = self.tokenizer.eos_id
+        with torch.inference_mode():
+            out = self.model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=self.llm_config.max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=eos,
+            )
+        reply_ids = [t for t in out[0, len(ids) :].tolist() if t != eos]
+        trace.mark(Stamp.LLM_DONE, time.perf_counter_ns())
+        trace.reply_text = self.tokenizer.decode(reply_ids).strip()
+        dialogue.exchanges.append((text, trace.reply_text))
+        chunks = [c.audio_int16_array for c in self.voice.synthesize(trace.reply_text)]
+        reply = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+        done = time.perf_counter_ns()
+        trace.mark(Stamp.TTS_FIRST_AUDIO, done)
+        trace.mark(Stamp.TTS_DONE, done)
+        trace.first_audio_out_ns = done
+        trace.audio_out_samples = len(reply)
+        trace.audio_out_rate = self.voice.config.sample_rate
+        audio.append(reply)
+        return trace
