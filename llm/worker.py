@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,7 +169,14 @@ class LLMHandler(TableHandler):
             self.backend.abort(request_id)
         del self.replies[request_id]
         self.retracted_turn[reply.session_id] = reply.turn_id
-        self.out.send(RecordKind.RESUME, session_id=reply.session_id, turn_id=reply.turn_id)
+        # The retraction's moment rides as the origin stamp: the session tells this
+        # attempt's stamps from the next one's by it (pipeline/session.py).
+        self.out.send(
+            RecordKind.RESUME,
+            session_id=reply.session_id,
+            turn_id=reply.turn_id,
+            origin_ns=time.perf_counter_ns(),
+        )
 
     def _commit(self, request_id: int, reply: _Reply) -> None:
         reply.committed = True

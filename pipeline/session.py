@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
-from pipeline.commit_gate import CommitGate
+from pipeline.commit_gate import CommitGate, Retraction
 from pipeline.heard import CUT_MARK, Playback, heard_text
 from pipeline.trace import TraceSink, TurnTrace
 
@@ -39,12 +39,6 @@ _SPECULATIVE_STAMPS = (
     Stamp.LLM_FIRST_TOKEN,
     Stamp.TTS_FIRST_AUDIO,
 )
-
-# Stamped by the TTS for one attempt at a reply. Stamps travel on another ring than the
-# audio, so one of a retracted attempt can arrive after the RESUME that dropped it; it
-# was stamped before the TTS passed that RESUME on (one thread does both), and the
-# successor's after.
-_TTS_ATTEMPT_STAMPS = frozenset({Stamp.FRAGMENT, Stamp.TTS_FIRST_AUDIO})
 
 
 class Sink(Protocol):
@@ -99,7 +93,7 @@ class Session:
         # sample): their row is written once it has played, or at a barge-in that cuts it.
         self._playing: dict[int, TurnTrace] = {}
         self.gate = CommitGate()
-        self._retracted_ns: dict[int, int] = {}  # turn -> its last RESUME left the TTS
+        self._retracted: dict[int, Retraction] = {}  # turn -> its latest RESUME
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.COMMIT: self._on_commit,
             RecordKind.RESUME: self._on_resume,
@@ -140,13 +134,16 @@ class Session:
             release()
 
     def _on_resume(self, record: Record) -> None:
-        self.gate.retract(record.turn_id)
-        self._retracted_ns[record.turn_id] = record.stamp_ns
+        # origin_ns 0: a RESUME from a stage that does not stamp the retraction.
+        retraction = Retraction(record.origin_ns or record.stamp_ns, record.stamp_ns)
+        self._retracted[record.turn_id] = retraction
+        self.gate.retract(record.turn_id, retraction.llm_ns)
         self.playbacks.pop(record.turn_id, None)  # its fragments were never played
         trace = self.turns.get(record.turn_id)
         if trace is not None:
             for stamp in _SPECULATIVE_STAMPS:
-                trace.stamps.pop(stamp, None)
+                if stamp in trace.stamps and retraction.covers(stamp, trace.stamps[stamp]):
+                    del trace.stamps[stamp]
             trace.speculative_retracts += 1
 
     def new_turn(self, turn_id: int, at_ns: int | None = None) -> list[tuple[int, str]]:
@@ -259,7 +256,7 @@ class Session:
 
     def _end(self, turn_id: int) -> None:
         self.gate.forget(turn_id)
-        self._retracted_ns.pop(turn_id, None)
+        self._retracted.pop(turn_id, None)
         self._ended.add(turn_id)
         if len(self._ended) > MAX_ENDED_TURNS:
             self._ended.discard(min(self._ended))
@@ -283,14 +280,13 @@ class Session:
         point, value = STAMP_BODY.unpack_from(record.payload)
         text = record.payload[STAMP_BODY.size :].decode("utf-8", errors="replace")
         stamp = Stamp(point)
-        if stamp in _TTS_ATTEMPT_STAMPS and record.stamp_ns <= self._retracted_ns.get(
-            record.turn_id, -1
-        ):
+        retraction = self._retracted.get(record.turn_id)
+        if retraction is not None and retraction.covers(stamp, record.stamp_ns):
             return  # a retracted attempt's: its audio was dropped unheard
         if stamp in _LIVE_TEXT:
             live = functools.partial(self.sink.on_text, record.turn_id, _LIVE_TEXT[stamp], text)
             if stamp == Stamp.REPLY_DELTA and not self.gate.admits(record.turn_id):
-                self.gate.hold(record.turn_id, live)  # speculative reply text: not yet
+                self.gate.hold(record.turn_id, live, record.stamp_ns)  # speculative: not yet
             else:
                 live()
             if stamp == Stamp.PARTIAL_TEXT and self.on_transcript is not None:
@@ -315,6 +311,10 @@ class Session:
         elif stamp == Stamp.LLM_PREFILL:
             trace.prefill_tokens = value
             trace.prefill_early_tokens = int(text) if text.isdigit() else 0
+        elif stamp in _SPECULATIVE_STAMPS:
+            # One per attempt at the reply: the next attempt's replaces a retracted one's,
+            # even when it comes before the RESUME (pipeline.commit_gate.Retraction).
+            trace.stamps[stamp] = max(trace.stamps.get(stamp, 0), record.stamp_ns)
         else:
             trace.mark(stamp, record.stamp_ns)
             if stamp == Stamp.ASR_FINAL:

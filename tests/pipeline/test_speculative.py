@@ -88,3 +88,33 @@ def test_tts_stamps_of_a_retracted_attempt_that_arrive_late_are_dropped() -> Non
     session.deliver(_stamp(Stamp.FRAGMENT, "The committed one.", 1_200, value=6615))
     assert session.playbacks[0].fragments == [("The committed one.", 6615)]
     assert session.trace(0).stamps[Stamp.TTS_FIRST_AUDIO] == 1_100
+
+
+class _TextSink(NullSink):
+    def __init__(self) -> None:
+        self.deltas: list[str] = []
+
+    def on_text(self, turn_id: int, kind: str, text: str) -> None:
+        if kind == "response.text.delta":
+            self.deltas.append(text)
+
+
+def test_the_next_attempts_stamps_and_text_may_come_before_the_resume() -> None:
+    """A final transcript that differs from the speculative one: the LLM retracts the
+    reply and starts the next at once. The next one's stamps and live text come on the
+    LLM's events ring and can reach the session before the RESUME, which waits in TTS
+    behind the retracted reply's audio: they are kept, the retracted one's dropped,
+    whenever they arrive (the RESUME's origin stamp is the moment of the retraction)."""
+    sink = _TextSink()
+    session = Session(1, sink, TraceSink(None), "file", "streaming")
+    session.deliver(_stamp(Stamp.LLM_START, "", 100))
+    session.deliver(_stamp(Stamp.REPLY_DELTA, "Old", 110))
+    session.deliver(_stamp(Stamp.LLM_START, "", 210))  # the next attempt, retracted at 200
+    session.deliver(_stamp(Stamp.REPLY_DELTA, "New", 220))
+    session.deliver(Record(RecordKind.RESUME, 0, 1, 0, 300, 200, b""))  # left TTS at 300
+    session.deliver(_stamp(Stamp.REPLY_DELTA, " old, late", 120))
+    assert sink.deltas == [] and session.trace(0).speculative_retracts == 1
+    session.deliver(Record(RecordKind.COMMIT, 0, 1, 0, 400, 0, b""))
+    session.deliver(_stamp(Stamp.REPLY_DELTA, " reply", 230))
+    assert sink.deltas == ["New", " reply"]
+    assert session.trace(0).stamps[Stamp.LLM_START] == 210
