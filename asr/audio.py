@@ -5,9 +5,10 @@ boundaries add no clicks."""
 from __future__ import annotations
 
 import numpy as np
-import soxr
 
-TARGET_RATE = 16_000
+from asr.resample import OUT_RATE, StreamingResampler
+
+TARGET_RATE = OUT_RATE
 SUPPORTED_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 SUPPORTED_CHANNELS = (1, 2)
 
@@ -73,23 +74,20 @@ class AudioConverter:
         self.sample_rate = sample_rate
         self.channels = channels
         # Downmix first, then resample one channel: half the resampling work for stereo.
-        self._resampler = (
-            None
-            if sample_rate == TARGET_RATE
-            else soxr.ResampleStream(sample_rate, TARGET_RATE, 1, dtype="float32", quality="HQ")
-        )
+        # A fixed 3-6 ms lookahead, not soxr's block-wise 6-115 ms (asr/resample.py).
+        self._resampler = None if sample_rate == TARGET_RATE else StreamingResampler(sample_rate)
         self._flushed = False
         self.input_frames = 0  # frames consumed so far, at the input rate
 
     def convert(self, data: AudioInput) -> np.ndarray:
-        """One input frame -> 16 kHz mono float32 (may be shorter: the resampler lags)."""
+        """One input frame -> 16 kHz mono float32 (a few ms shorter: the resampler's lookahead)."""
         if self._flushed:
             raise ValueError("this AudioConverter was flushed; create a new one for new audio")
         mono = to_mono_float32(data, self.channels)
         self.input_frames += mono.size
         if self._resampler is None:
             return mono
-        return self._resampler.resample_chunk(mono)
+        return self._resampler.push(mono)
 
     def flush(self) -> np.ndarray:
         """End of input: the samples the resampler still held back."""
@@ -98,4 +96,4 @@ class AudioConverter:
         self._flushed = True
         if self._resampler is None:
             return np.zeros(0, np.float32)
-        return self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+        return self._resampler.flush()
