@@ -170,7 +170,7 @@ class LLMHandler(TableHandler):
         del self.replies[request_id]
         self.retracted_turn[reply.session_id] = reply.turn_id
         # The retraction's moment rides as the origin stamp: the session tells this
-        # attempt's stamps from the next one's by it (pipeline/session.py).
+        # attempt's stamps from the next one's by it (pipeline/commit_gate.py).
         self.out.send(
             RecordKind.RESUME,
             session_id=reply.session_id,

@@ -3,8 +3,12 @@
 The LLM starts a reply at the ASR's SPECULATIVE_END, before the transcript is final, so
 TTS may already be producing its audio. A session holds that turn's audio records and
 live reply text here until COMMIT (the transcript is final and the reply stands), and
-drops them at RESUME (the user spoke on, or the final transcript differs). Both records
-travel the same path as the audio (LLM -> TTS -> supervisor), so order is kept.
+drops them at RESUME (the user spoke on, or the final transcript differs). RESUME travels
+the same path as the audio (LLM -> TTS -> supervisor), so every audio record of the
+attempt it drops is here before it. COMMIT takes that path too after a retraction, and
+otherwise the LLM's events ring straight here (llm/worker.py). Stamps and live text come
+on the events rings, so the next attempt's can come before an earlier attempt's RESUME:
+`Retraction` tells them apart by when they were made.
 """
 
 from __future__ import annotations

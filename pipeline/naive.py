@@ -36,6 +36,7 @@ from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.models import asset_path
 from pipeline.run import FRAME_MS, ClipResult
+from pipeline.sequential import whole_reply_out
 from pipeline.trace import TurnTrace
 
 SAMPLE_RATE = 16_000
@@ -159,12 +160,5 @@ class NaivePipeline:
         trace.reply_text = self.tokenizer.decode(reply_ids).strip()
         dialogue.exchanges.append((text, trace.reply_text))
         chunks = [c.audio_int16_array for c in self.voice.synthesize(trace.reply_text)]
-        reply = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-        done = time.perf_counter_ns()
-        trace.mark(Stamp.TTS_FIRST_AUDIO, done)
-        trace.mark(Stamp.TTS_DONE, done)
-        trace.first_audio_out_ns = done
-        trace.audio_out_samples = len(reply)
-        trace.audio_out_rate = self.voice.config.sample_rate
-        audio.append(reply)
+        audio.append(whole_reply_out(trace, chunks, self.voice.config.sample_rate))
         return trace

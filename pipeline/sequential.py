@@ -102,12 +102,17 @@ class SequentialPipeline:
         trace.reply_text = "".join(parts).strip()
         dialogue.exchanges.append((final.text, trace.reply_text))
         chunks = [c.pcm for c in self.voice.synthesize(trace.reply_text, final=True)]
-        reply = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-        done = time.perf_counter_ns()
-        trace.mark(Stamp.TTS_FIRST_AUDIO, done)
-        trace.mark(Stamp.TTS_DONE, done)
-        trace.first_audio_out_ns = done
-        trace.audio_out_samples = len(reply)
-        trace.audio_out_rate = self.voice.sample_rate
-        audio.append(reply)
+        audio.append(whole_reply_out(trace, chunks, self.voice.sample_rate))
         return trace
+
+
+def whole_reply_out(trace: TurnTrace, chunks: list[np.ndarray], sample_rate: int) -> np.ndarray:
+    """A yardstick's reply audio, all synthesized: its first sample leaves now."""
+    reply = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    done = time.perf_counter_ns()
+    trace.mark(Stamp.TTS_FIRST_AUDIO, done)
+    trace.mark(Stamp.TTS_DONE, done)
+    trace.first_audio_out_ns = done
+    trace.audio_out_samples = len(reply)
+    trace.audio_out_rate = sample_rate
+    return reply
