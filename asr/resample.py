@@ -26,8 +26,9 @@ STOPBAND_DB = 80.0
 TRANSITION = 0.1  # of the lower Nyquist rate: pass band to 90% of it
 
 
-def _polyphase_bank(up: int, down: int, in_rate: int) -> np.ndarray:
-    """(L, K) float32: row p holds the taps h[p + L i] of the prototype low-pass."""
+def _polyphase_bank(up: int, down: int, in_rate: int) -> tuple[np.ndarray, int]:
+    """(bank, centre): the (L, K) float32 bank, row p holding the taps h[p + L i] of the
+    prototype low-pass, and the index of the prototype's centre tap."""
     nyquist = min(in_rate, in_rate * up // down) / 2
     width = TRANSITION * nyquist / (in_rate * up)  # transition, cycles per upsampled sample
     cutoff = (1 - TRANSITION / 2) * nyquist / (in_rate * up)
@@ -35,17 +36,13 @@ def _polyphase_bank(up: int, down: int, in_rate: int) -> np.ndarray:
     # An odd length puts the centre on a tap (the output instants on the input's); a
     # zero tap pads it to whole phases.
     length = up * taps_per_phase - (1 - up * taps_per_phase % 2)
+    centre = (length - 1) // 2
     beta = 0.1102 * (STOPBAND_DB - 8.7)
-    k = np.arange(length) - (length - 1) // 2
+    k = np.arange(length) - centre
     # Gain L makes up for the L - 1 zeros between input samples.
     prototype = up * 2 * cutoff * np.sinc(2 * cutoff * k) * np.kaiser(length, beta)
     prototype = np.pad(prototype, (0, up * taps_per_phase - length))
-    return prototype.reshape(taps_per_phase, up).T.astype(np.float32).copy()
-
-
-def _centre(up: int, taps_per_phase: int) -> int:
-    """The prototype's centre tap (see `_polyphase_bank`)."""
-    return (up * taps_per_phase - (1 - up * taps_per_phase % 2) - 1) // 2
+    return prototype.reshape(taps_per_phase, up).T.astype(np.float32).copy(), centre
 
 
 class StreamingResampler:
@@ -55,9 +52,8 @@ class StreamingResampler:
     def __init__(self, in_rate: int) -> None:
         gcd = math.gcd(in_rate, OUT_RATE)
         self._up, self._down = OUT_RATE // gcd, in_rate // gcd
-        self._bank = _polyphase_bank(self._up, self._down, in_rate)  # (L, K)
+        self._bank, self._centre = _polyphase_bank(self._up, self._down, in_rate)  # (L, K)
         taps = self._bank.shape[1]
-        self._centre = _centre(self._up, taps)
         # History of the input; index 0 is input sample `_base` (negative: zeros before
         # the first sample, so the first outputs see silence, not garbage).
         self._base = -taps

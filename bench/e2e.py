@@ -110,10 +110,9 @@ async def _streaming(clips: list[tuple[str, Clip]]) -> tuple[list[dict[str, Any]
 
 
 def _yardstick(mode: str, clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
-    from pipeline.naive import NaivePipeline
-    from pipeline.sequential import SequentialPipeline
+    from pipeline.naive import yardstick
 
-    chain = SequentialPipeline() if mode == "sequential" else NaivePipeline()
+    chain = yardstick(mode)
     chain.run_clip(clips[0][1])
     rows: list[dict[str, Any]] = []
     for _round in range(ROUNDS):

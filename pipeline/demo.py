@@ -21,11 +21,9 @@ async def run_once(
     output_rate: int | None = None,
 ) -> dict[str, Any]:
     if mode in ("sequential", "naive"):
-        from pipeline.naive import NaivePipeline
-        from pipeline.sequential import SequentialPipeline
+        from pipeline.naive import yardstick
 
-        yardstick = SequentialPipeline() if mode == "sequential" else NaivePipeline()
-        result = yardstick.run_clip(clip)
+        result = yardstick(mode).run_clip(clip)
         traces = TraceSink(trace_path)
         for trace in result.traces:
             traces.write(trace)

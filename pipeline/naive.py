@@ -36,7 +36,7 @@ from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.models import asset_path
 from pipeline.run import FRAME_MS, ClipResult
-from pipeline.sequential import whole_reply_out
+from pipeline.sequential import SequentialPipeline, whole_reply_out
 from pipeline.trace import TurnTrace
 
 SAMPLE_RATE = 16_000
@@ -162,3 +162,10 @@ class NaivePipeline:
         chunks = [c.audio_int16_array for c in self.voice.synthesize(trace.reply_text)]
         audio.append(whole_reply_out(trace, chunks, self.voice.config.sample_rate))
         return trace
+
+
+def yardstick(mode: str) -> SequentialPipeline | NaivePipeline:
+    """The chain `--mode` names: "sequential" (voxrelay's engines) or "naive"."""
+    if mode not in ("sequential", "naive"):
+        raise ValueError(f"no yardstick called {mode!r}: 'sequential' or 'naive'")
+    return SequentialPipeline() if mode == "sequential" else NaivePipeline()
