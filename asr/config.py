@@ -29,6 +29,10 @@ class ASRConfig:
     min_speech_ms: int = 64
     speculative_silence_ms: int = 150
     end_silence_ms: int = 300
+    # The end of turn when the words so far clearly stop mid-sentence ("book a ...";
+    # asr/turn_end.py). Off when 0 or not above end_silence_ms, and when
+    # speculative_silence_ms is not below end_silence_ms (no transcript to read in time).
+    unfinished_end_silence_ms: int = 1000
     # 0 disables partial transcripts (offline transcription does not need them).
     partial_interval_ms: int = 600
     max_utterance_s: float = 20.0
@@ -71,7 +75,13 @@ class ASRConfig:
             raise ValueError(
                 f"ASRConfig.vad_threshold must be in (0.05, 0.95), got {self.vad_threshold}"
             )
-        for name in ("min_speech_ms", "speculative_silence_ms", "end_silence_ms", "speech_pad_ms"):
+        for name in (
+            "min_speech_ms",
+            "speculative_silence_ms",
+            "end_silence_ms",
+            "unfinished_end_silence_ms",
+            "speech_pad_ms",
+        ):
             value = getattr(self, name)
             if not 0 <= value <= 5000:
                 raise ValueError(f"ASRConfig.{name} must be in 0..5000 ms, got {value}")
@@ -104,3 +114,11 @@ class ASRConfig:
             raise ValueError(
                 f"ASRConfig.encoder_context_s must be in 1..30 s, got {self.encoder_context_s}"
             )
+
+    @property
+    def holds_unfinished(self) -> bool:
+        """Whether a pause after unfinished words ends the turn later (asr/turn_end.py)."""
+        return (
+            self.unfinished_end_silence_ms > self.end_silence_ms
+            and self.speculative_silence_ms < self.end_silence_ms
+        )

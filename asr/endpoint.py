@@ -8,6 +8,7 @@ samples [i * 512, (i + 1) * 512).
     SPEECH  --first unvoiced window--> TRAILING                     (PAUSE)
     TRAILING --speculative_silence--> SPECULATIVE                   (SPECULATIVE_END)
     TRAILING/SPECULATIVE --end_silence--> SILENCE                   (END)
+    SPECULATIVE --hold()--> TRAILING: this pause's end and speculative end move later
     TRAILING/SPECULATIVE --voiced window--> SPEECH                  (RESUME if SPECULATIVE)
     any utterance phase reaching max_utterance_s: cut at the quietest recent window
                                                                     (END + START, forced)
@@ -65,6 +66,10 @@ class Endpointer:
         self._min_speech = _windows(config.min_speech_ms)
         self._speculative = _windows(config.speculative_silence_ms)
         self._end = _windows(config.end_silence_ms)
+        # This pause's thresholds: the config's, unless `hold` moved them.
+        self._pause_speculative = self._speculative
+        self._pause_end = self._end
+        self.held = False  # `hold` was called in this pause
         self._max_samples = int(config.max_utterance_s * 16_000)
         self._cut_search = _windows(CUT_SEARCH_S * 1000)
         self.phase = Phase.SILENCE
@@ -99,6 +104,16 @@ class Endpointer:
             events += self._cut()
         return events
 
+    def hold(self, end_silence_ms: int) -> None:
+        """The speech so far stops mid-turn (asr/turn_end.py): end this pause only after
+        `end_silence_ms` of silence, with the SPECULATIVE_END as long before that as usual.
+        Call it on a SPECULATIVE_END; the next voiced window undoes it."""
+        assert self.phase is Phase.SPECULATIVE and not self.held, "hold() outside a pause"
+        self.held = True
+        self.phase = Phase.TRAILING
+        self._pause_end = max(_windows(end_silence_ms), self._end)
+        self._pause_speculative = self._pause_end - (self._end - self._speculative)
+
     def finish(self, end_sample: int) -> list[EndpointEvent]:
         """End of input at `end_sample`: close any open utterance."""
         if self.phase is Phase.SILENCE:
@@ -125,7 +140,7 @@ class Endpointer:
         if self._voiced:
             resumed = self.phase is Phase.SPECULATIVE
             self.phase = Phase.SPEECH
-            self._silence = 0
+            self._new_pause()
             if resumed:
                 return [EndpointEvent(EndpointKind.RESUME, index * WINDOW_SAMPLES)]
             return []
@@ -136,10 +151,10 @@ class Endpointer:
         events: list[EndpointEvent] = []
         if self._silence == 1:
             events.append(EndpointEvent(EndpointKind.PAUSE, self.speech_end_sample))
-        if self._silence == self._speculative:
+        if self._silence == self._pause_speculative:
             self.phase = Phase.SPECULATIVE
             events.append(EndpointEvent(EndpointKind.SPECULATIVE_END, self.speech_end_sample))
-        if self._silence >= self._end:
+        if self._silence >= self._pause_end:
             events.append(EndpointEvent(EndpointKind.END, self.speech_end_sample))
             self._to_silence()
         return events
@@ -163,6 +178,12 @@ class Endpointer:
 
     def _to_silence(self) -> None:
         self.phase = Phase.SILENCE
-        self._silence = 0
+        self._new_pause()
         self._run = 0
         self._probs = []
+
+    def _new_pause(self) -> None:
+        self._silence = 0
+        self._pause_speculative = self._speculative
+        self._pause_end = self._end
+        self.held = False

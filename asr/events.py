@@ -1,6 +1,6 @@
 """Events an ASRStream emits. All timestamps are `time.perf_counter_ns()` values.
 
-Per utterance the order is: SpeechStart, then any of Partial / SpeculativeEnd / Resume,
+Per utterance the order is: SpeechStart, then any of Partial / SpeculativeEnd / Resume / Hold,
 then exactly one of Final (words were heard) or Discard (the VAD fired but Whisper heard
 no words: noise, a cough). A SpeculativeEnd is always followed by Resume or by the Final.
 Stable words are never revised silently: when the transcript of a SpeculativeEnd or
@@ -44,6 +44,11 @@ class Resume:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    utterance_id: int  # the words so far stop mid-sentence: this pause ends the turn later
+
+
+@dataclass(frozen=True, slots=True)
 class Final:
     utterance_id: int
     text: str
@@ -56,4 +61,4 @@ class Discard:
     utterance_id: int  # utterance closed without words; no Final follows
 
 
-ASREvent = SpeechStart | Partial | Rollback | SpeculativeEnd | Resume | Final | Discard
+ASREvent = SpeechStart | Partial | Rollback | SpeculativeEnd | Resume | Hold | Final | Discard

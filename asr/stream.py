@@ -31,6 +31,7 @@ from asr.events import (
     ASREvent,
     Discard,
     Final,
+    Hold,
     Partial,
     Resume,
     Rollback,
@@ -39,6 +40,7 @@ from asr.events import (
 )
 from asr.textdecoder import load_text_decoder
 from asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
+from asr.turn_end import unfinished
 from asr.vad import WINDOW_SAMPLES, StreamingVAD, load_vad_model
 
 WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
@@ -224,6 +226,14 @@ class ASRStream:
         transcript = self._transcript_through(utterance, event.sample, now)
         if not transcript.text:
             return []
+        if (
+            self.config.holds_unfinished
+            and not self._endpointer.held
+            and unfinished(transcript.text)
+        ):
+            # No SpeculativeEnd yet: the endpointer sends it again before the later end.
+            self._endpointer.hold(self.config.unfinished_end_silence_ms)
+            return [Hold(utterance.utterance_id)]
         utterance.speculated = True
         speech_end_ns = self._clock.arrival_ns(event.sample)
         return [

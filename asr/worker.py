@@ -19,6 +19,7 @@ from asr.events import (
     ASREvent,
     Discard,
     Final,
+    Hold,
     Partial,
     Resume,
     Rollback,
@@ -67,6 +68,7 @@ class ASRHandler(TableHandler):
             Rollback: self._rollback,
             SpeculativeEnd: self._speculative_end,
             Resume: self._resume,
+            Hold: self._hold,
             Final: self._final,
             Discard: lambda session_id, event: None,
         }
@@ -174,6 +176,9 @@ class ASRHandler(TableHandler):
     def _resume(self, session_id: int, event: Resume) -> None:
         turn = self._turn(session_id, event)
         self.out.send(RecordKind.RESUME, session_id=session_id, turn_id=turn)
+
+    def _hold(self, session_id: int, event: Hold) -> None:
+        self.events.stamp(session_id, self._turn(session_id, event), Stamp.END_HELD)
 
     def _final(self, session_id: int, event: Final) -> None:
         turn = self._turn(session_id, event)

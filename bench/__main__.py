@@ -8,7 +8,7 @@ import platform
 import time
 from pathlib import Path
 
-from bench import asr, e2e, ipc, llm, readme, sip, tts, ws
+from bench import asr, e2e, ipc, llm, readme, sip, tts, turn_end, ws
 from pipeline.openmp import prefer_passive_openmp
 
 prefer_passive_openmp()
@@ -19,7 +19,7 @@ RESULTS = Path(__file__).with_name("results.json")
 def main() -> None:
     started = time.perf_counter()
     results: dict[str, float] = {}
-    for section in (ipc, asr, llm, tts, e2e, ws, sip):
+    for section in (ipc, asr, turn_end, llm, tts, e2e, ws, sip):
         figures = section.run()
         print(section.table(figures), end="\n\n", flush=True)
         results.update(figures)

@@ -52,6 +52,15 @@ ROWS: tuple[tuple[str, str], ...] = (
         "asr.native_over_ctranslate2.speculative_ms.p50",
     ),
     ("ASR WER of the streamed clips (partials on), tiny.en", "asr.wer_realtime.tiny.en"),
+    (
+        "mid-sentence pauses of 600 ms that cut the turn, fixed 300 ms end of turn (%)",
+        "turn_end.cut_pct.fixed",
+    ),
+    (
+        "... the same, held to 1000 ms after unfinished words (%)",
+        "turn_end.cut_pct.held",
+    ),
+    ("whole clips (of 15) whose end of turn was held", "turn_end.whole_held"),
     ("ASR base: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.base"),
     ("ASR real-time factor, tiny.en", "asr.rtf.tiny.en"),
     ("ASR real-time factor, base", "asr.rtf.base"),

@@ -86,6 +86,7 @@ class Stamp(IntEnum):
     FRAGMENT = 13  # text: one synthesized reply fragment; value: its samples (audio rate)
     SPECULATIVE_END = 20  # ASR sent its best transcript after a short silence
     LLM_START = 21  # the LLM opened the reply's request (at SPECULATIVE_END or FINAL)
+    END_HELD = 22  # ASR: the words so far stop mid-sentence, so this pause ends the turn later
 
 
 class SampleFormat(IntEnum):

@@ -54,6 +54,7 @@ TURN_ATTRIBUTES = (
     "prefill_tokens",
     "prefill_early_tokens",
     "speculative_retracts",
+    "end_holds",
 )
 # Transcripts and replies stay out of spans: a tracing backend is no place for speech.
 

@@ -39,6 +39,7 @@ class SequentialPipeline:
     ) -> None:
         asr_settings = dict(asr or {})
         end_silence = int(asr_settings.get("end_silence_ms", ASRConfig().end_silence_ms))
+        # No transcript before the end of turn, so no hold on unfinished words either.
         asr_settings.update(partial_interval_ms=0, speculative_silence_ms=end_silence)
         self.asr_config = ASRConfig(**asr_settings)
         self.whisper, self.vad = load_asr(self.asr_config)

@@ -89,6 +89,7 @@ class TurnTrace:
     barge_in_ns: int = 0  # the user spoke over this turn's reply: it was cut here
     heard_text: str = ""  # of a cut reply: what the user heard (the LLM's history keeps it)
     speculative_retracts: int = 0  # speculative replies dropped (the user spoke on)
+    end_holds: int = 0  # pauses that waited longer: the words stopped mid-sentence
     asr_model: str = ""
     llm_model: str = ""
     tts_voice: str = ""
@@ -138,6 +139,7 @@ class TurnTrace:
         row["barge_in_ns"] = self.barge_in_ns or None
         row["heard_text"] = self.heard_text or None
         row["speculative_retracts"] = self.speculative_retracts
+        row["end_holds"] = self.end_holds
         row["error"] = self.error or None
         row["dtmf"] = self.dtmf or None
         row["dtmf_first_ns"] = self.dtmf_first_ns or None

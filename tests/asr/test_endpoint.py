@@ -69,6 +69,30 @@ def test_speech_after_speculative_end_resumes_then_ends_later() -> None:
     assert events[-1].sample == 17 * W
 
 
+def test_hold_moves_this_pauses_ends_later() -> None:
+    endpointer = Endpointer(CONFIG)
+    events = [e for prob in [0.9] * 5 + [0.0] * 5 for e in endpointer.push(prob)]
+    assert kinds(events) == [K.START, K.PAUSE, K.SPECULATIVE_END]
+    endpointer.hold(640)  # 20 windows: the speculative end comes again at 15, as 10 - 5
+    assert endpointer.held and endpointer.phase is Phase.TRAILING
+    later = [(i, e.kind) for i in range(5, 25) for e in endpointer.push(0.0)]
+    assert later == [(14, K.SPECULATIVE_END), (19, K.END)]
+    assert not endpointer.held  # the next pause starts from the config again
+    again = [e for prob in [0.9] * 5 + [0.0] * 10 for e in endpointer.push(prob)]
+    assert kinds(again) == [K.START, K.PAUSE, K.SPECULATIVE_END, K.END]
+
+
+def test_speech_after_a_hold_resumes_quietly_and_the_next_pause_is_normal() -> None:
+    endpointer = Endpointer(CONFIG)
+    for prob in [0.9] * 5 + [0.0] * 5:
+        endpointer.push(prob)
+    endpointer.hold(640)
+    events = [e for prob in [0.0] * 6 + [0.9] * 5 + [0.0] * 10 for e in endpointer.push(prob)]
+    # No RESUME: no SpeculativeEnd went out for the held pause.
+    assert kinds(events) == [K.PAUSE, K.SPECULATIVE_END, K.END]
+    assert events[-1].sample == 21 * W
+
+
 def test_hysteresis_keeps_speech_through_middling_scores() -> None:
     # 0.4 is below the 0.5 threshold but above 0.5 - 0.15: still speech once speaking.
     _, events = run([0.9] * 5 + [0.4] * 20 + [0.0] * 10)
@@ -124,6 +148,7 @@ def test_long_monologue_is_cut_repeatedly_without_gaps() -> None:
         {"vad_threshold": 1.5},
         {"speculative_silence_ms": 500, "end_silence_ms": 300},
         {"end_silence_ms": 0},
+        {"unfinished_end_silence_ms": 6000},
         {"max_utterance_s": 40},
         {"partial_interval_ms": 20},
         {"cpu_threads": 0},
@@ -133,3 +158,10 @@ def test_long_monologue_is_cut_repeatedly_without_gaps() -> None:
 def test_config_rejects_bad_values(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="ASRConfig"):
         ASRConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_unfinished_hold_needs_a_speculative_end_before_the_end() -> None:
+    assert ASRConfig().holds_unfinished
+    assert not ASRConfig(unfinished_end_silence_ms=0).holds_unfinished
+    assert not ASRConfig(end_silence_ms=1200).holds_unfinished  # not later than the end
+    assert not ASRConfig(speculative_silence_ms=300, end_silence_ms=300).holds_unfinished

@@ -1,0 +1,79 @@
+"""A pause after unfinished words does not end the turn (asr/turn_end.py), on real speech:
+three cards read out, cut after "eight of spades, four of", 600 ms of silence (twice the
+end of turn), then the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faster_whisper import WhisperModel
+
+from asr.config import ASRConfig
+from asr.events import Final, Hold, Resume, SpeculativeEnd
+from asr.stream import ASRStream
+from tests.asr.clipdata import SAMPLE_RATE, feed_frames, read_clip, sample_ns, silence, trim
+from tests.asr.test_stream import of_type, words
+
+HOLDING = ASRConfig(partial_interval_ms=0)
+FIXED = ASRConfig(partial_interval_ms=0, unfinished_end_silence_ms=0)
+PAUSE_S = 0.6
+
+
+def pause_after_second_of(clips: Path, model: WhisperModel) -> tuple[np.ndarray, int]:
+    """cards/005 (16 kHz float32) with PAUSE_S of silence after its second "of", and the
+    sample where the pause starts. The cut is the quietest 20 ms within 100 ms of where
+    Whisper puts the word's end (tiny.en's word times are only that good)."""
+    cards = trim(read_clip(clips / "cards" / "005.wav"))
+    segments, _ = model.transcribe(cards, language="en", word_timestamps=True)
+    spoken = [word for segment in segments for word in segment.words]
+    second_of = [i for i, w in enumerate(spoken) if words(w.word) == "of"][1]
+    near = int(spoken[second_of].end * SAMPLE_RATE) - SAMPLE_RATE // 10
+    frame = SAMPLE_RATE // 50
+    energy = [
+        float(np.mean(cards[at : at + frame] ** 2))
+        for at in range(near, near + 10 * frame, frame // 2)
+    ]
+    cut = near + frame // 2 * int(np.argmin(energy)) + frame // 2
+    return np.concatenate([cards[:cut], silence(PAUSE_S), cards[cut:]]), cut
+
+
+@pytest.fixture(scope="module")
+def cards_with_pause(clips: Path, models) -> tuple[np.ndarray, int]:
+    audio, cut = pause_after_second_of(clips, models[0])
+    return np.concatenate([audio, silence(1.5)]), cut
+
+
+def test_pause_after_unfinished_words_is_held(cards_with_pause, models) -> None:
+    audio, cut = cards_with_pause
+    events = feed_frames(ASRStream(HOLDING, *models), audio)
+    finals = [words(f.text) for f in of_type(events, Final)]
+    assert len(finals) == 1 and finals[0].endswith("of hearts"), finals
+    assert len(of_type(events, Hold)) == 1
+    # Held, not speculated: no reply was started for "... four of", so none is taken back.
+    speculated = [words(e.text) for e in of_type(events, SpeculativeEnd)]
+    assert len(of_type(events, Resume)) == len(speculated) - 1  # the pause after "spades"
+    assert speculated[-1] == finals[0]
+    # The Final came about end_silence_ms after the real end, not the held time.
+    final_at, final = next((at, e) for at, e in events if isinstance(e, Final))
+    assert final.speech_end_ns > sample_ns(cut + int(PAUSE_S * SAMPLE_RATE))
+    assert final_at - final.speech_end_ns < (HOLDING.end_silence_ms + 150) * 1_000_000
+
+
+def test_without_the_hold_the_same_pause_ends_the_turn(cards_with_pause, models) -> None:
+    audio, _ = cards_with_pause
+    events = feed_frames(ASRStream(FIXED, *models), audio)
+    finals = [words(f.text) for f in of_type(events, Final)]
+    # Cut in two at the pause ("... four of" or, on an AVX2 box, "... four of a").
+    assert len(finals) == 2 and "spades" in finals[0] and "spades" not in finals[1], finals
+    assert of_type(events, Hold) == []
+
+
+def test_pause_after_a_whole_turn_is_not_held(clips: Path, models) -> None:
+    first = trim(read_clip(clips / "cards" / "001.wav"))
+    second = trim(read_clip(clips / "cards" / "003.wav"))
+    audio = np.concatenate([first, silence(PAUSE_S), second, silence(1.5)])
+    events = feed_frames(ASRStream(HOLDING, *models), audio)
+    assert len(of_type(events, Final)) == 2
+    assert of_type(events, Hold) == []

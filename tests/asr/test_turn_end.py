@@ -1,0 +1,48 @@
+"""The unfinished-words rule on transcripts Whisper tiny.en wrote for real clips cut at a
+word boundary, and for whole ones (docs/asr.md, "Unfinished turns")."""
+
+import pytest
+
+from asr.turn_end import unfinished
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "He was not an",  # an article, open
+        "Go somewhere and do",  # an auxiliary, open
+        "Eight of spades, four of",  # a preposition, open
+        "Mr. John Dashwood had then leisure to",
+        "Feels like...",  # Whisper's mark for a voice trailing off
+        "33, 4,",
+        "He was not an ill-",
+        "I'd like to order a.",  # a period does not make an article the last word
+        "I want it, but.",
+        "Can you book me a table for, um",
+    ],
+)
+def test_words_that_stop_mid_sentence_hold(text: str) -> None:
+    assert unfinished(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "He was not an ill-disposed young man.",
+        "Go forward 10 meters.",
+        "7 of Club",  # no mark, but a noun: a card game's whole turn
+        "5 5",
+        "4. Queen of Clothes",
+        "Had he married a more amiable woman, he might have been made still more "
+        "respectable than he was.",  # an auxiliary closed by a period
+        "What are you looking at?",  # a question is a whole turn
+        "Yes, I do.",
+        "I think so.",
+        "Turn it on",  # a particle, not a preposition
+        "Go somewhere in",  # ... which also means a cut-off "in" is not held
+        "",
+        "   ",
+    ],
+)
+def test_whole_turns_do_not(text: str) -> None:
+    assert not unfinished(text)

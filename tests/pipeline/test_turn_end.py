@@ -1,0 +1,36 @@
+"""A pause after unfinished words, through the stage processes: one turn, its trace
+counts the held pause, and the reply answers the whole of it (asr/turn_end.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from asr.config import ASRConfig
+from asr.stream import load_asr
+from pipeline.audio_io import Clip
+from pipeline.config import PipelineConfig
+from pipeline.run import Pipeline
+from tests.asr.test_hold import pause_after_second_of
+
+
+@pytest.mark.slow
+def test_held_pause_is_one_turn_with_the_hold_in_its_trace(clips_dir) -> None:
+    audio, _ = pause_after_second_of(clips_dir, load_asr(ASRConfig())[0])
+    speech = Clip((audio * 32767).astype(np.int16), 16_000, 1)
+
+    async def scenario():
+        async with Pipeline(PipelineConfig()) as pipeline:
+            return await pipeline.run_clip(speech.with_silence(1.5))
+
+    result = asyncio.run(scenario())
+    assert not result.errors, result.errors
+    assert len(result.traces) == 1, [t.transcript for t in result.traces]
+    row = result.traces[0].to_dict()
+    assert "spades" in row["transcript"].lower() and "hearts" in row["transcript"].lower()
+    assert row["end_holds"] == 1, row
+    # The held pause was not the last: the turn ended at the usual 300 ms.
+    assert row["endpoint_ms"] < ASRConfig().unfinished_end_silence_ms, row
+    assert row["reply_text"] and len(result.audio) > 0
