@@ -46,7 +46,7 @@ _RARELY_LAST = _words(
 # Marks Whisper writes where the voice trails off, not where a sentence ends.
 _TRAILING = ("...", "…", ",", ";", ":", "-", "—")
 _CLOSING = (".", "?", "!")
-_WORD = re.compile(r"[A-Za-z']+")
+_WORD = re.compile(r"[A-Za-z0-9']+")
 
 
 def unfinished(text: str) -> bool:
@@ -58,7 +58,7 @@ def unfinished(text: str) -> bool:
         return True
     words = _WORD.findall(text)
     if not words:
-        return False  # digits or symbols only: "5 5"
+        return False  # marks only
     last = words[-1].lower()
     if last in _NEVER_LAST:
         return True

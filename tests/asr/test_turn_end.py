@@ -32,6 +32,7 @@ def test_words_that_stop_mid_sentence_hold(text: str) -> None:
         "Go forward 10 meters.",
         "7 of Club",  # no mark, but a noun: a card game's whole turn
         "5 5",
+        "33 for 692",  # a number is the last word (base's transcript of numbers.raw)
         "4. Queen of Clothes",
         "Had he married a more amiable woman, he might have been made still more "
         "respectable than he was.",  # an auxiliary closed by a period
