@@ -34,6 +34,26 @@ def free_udp_port() -> int:
         return sock.getsockname()[1]
 
 
+def _tcp_port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_sip_port() -> int:
+    """A port P for baresip's `sip_listen`: it binds UDP P, TCP P and, for TLS, TCP P + 1,
+    and gives up on the call if any is taken (seen once in a full run: "SIP/TLS transport
+    failed: Address already in use")."""
+    for _ in range(100):
+        port = free_udp_port()
+        if port < 65535 and _tcp_port_free(port) and _tcp_port_free(port + 1):
+            return port
+    raise RuntimeError("no port P with UDP P, TCP P and TCP P + 1 free on 127.0.0.1")
+
+
 def clip_8k(path: Path, trailing_silence_s: float = 0.0) -> bytes:
     """A real clip as 8 kHz mono PCM16 (as a phone line would carry it)."""
     clip = read_clip(path)

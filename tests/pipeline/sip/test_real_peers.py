@@ -34,6 +34,7 @@ from tests.pipeline.sip.peers import (
     LoopThread,
     answer_sdp,
     clip_8k,
+    free_sip_port,
     free_udp_port,
     in_dialog,
     missing,
@@ -202,7 +203,7 @@ def test_baresip_dials_speaks_and_hears_a_reply(bridge, clips_dir, tmp_path):
     (tmp_path / "snd").mkdir()
     (tmp_path / "accounts").write_text("<sip:caller@127.0.0.1>;regint=0\n")
     (tmp_path / "config").write_text(
-        f"sip_listen 127.0.0.1:{free_udp_port()}\n"
+        f"sip_listen 127.0.0.1:{free_sip_port()}\n"
         f"audio_player aubridge,nil\naudio_source aufile,{source}\n"
         "audio_alert aubridge,nil\nausrc_srate 8000\nauplay_srate 8000\n"
         "ausrc_channels 1\nauplay_channels 1\nmodule_path /usr/lib/baresip/modules\n"
