@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-MODELS = ("tiny.en", "base")
+MODELS = ("auto", "tiny.en", "base")
+# "auto": base while the process serves one session, tiny.en once several share the CPU
+# (docs/asr.md, "One model for one session, a lighter one for many"). (alone, shared)
+AUTO_MODELS = ("base", "tiny.en")
 COMPUTE_TYPES = ("int8", "int8_float32", "float32")
 TEXT_DECODERS = ("native", "ctranslate2")
 # Whisper's encoder sees at most 30 s; the decoded audio is the utterance plus both pads.
@@ -15,7 +18,7 @@ WHISPER_WINDOW_S = 30.0
 class ASRConfig:
     """Settings for one ASR stage; durations are rounded up to whole 32 ms VAD windows."""
 
-    model: str = "tiny.en"
+    model: str = "auto"
     compute_type: str = "int8"
     cpu_threads: int = 2
     beam_size: int = 1
@@ -114,6 +117,15 @@ class ASRConfig:
             raise ValueError(
                 f"ASRConfig.encoder_context_s must be in 1..30 s, got {self.encoder_context_s}"
             )
+
+    @property
+    def whisper_models(self) -> tuple[str, ...]:
+        """The Whisper models this config decodes with: (alone, shared) for "auto"."""
+        return AUTO_MODELS if self.model == "auto" else (self.model,)
+
+    def alone(self) -> ASRConfig:
+        """This config for a chain that serves one session: "auto" made its model for one."""
+        return replace(self, model=self.whisper_models[0])
 
     @property
     def holds_unfinished(self) -> bool:

@@ -54,6 +54,7 @@ class Final:
     text: str
     speech_end_ns: int  # arrival time of the last voiced sample
     decode_ms: float  # Whisper time of the decode whose text this is (it may have been reused)
+    model: str  # the Whisper model that decoded the utterance ("tiny.en", "base")
 
 
 @dataclass(frozen=True, slots=True)

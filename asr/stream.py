@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from faster_whisper import WhisperModel
@@ -50,8 +50,17 @@ SILENCE_HISTORY_SAMPLES = SAMPLE_RATE
 MIN_PARTIAL_SAMPLES = SAMPLE_RATE // 2
 
 
-def load_asr(config: ASRConfig) -> tuple[WhisperModel, SileroVADModel]:
-    """Load the Whisper model and the Silero VAD once; share them across ASRStreams.
+@dataclass(frozen=True, slots=True)
+class ASRModels:
+    """What an ASR process loads once and all its streams share."""
+
+    whisper: dict[str, WhisperModel]  # by name: the config's one, or both for "auto"
+    vad: SileroVADModel
+
+
+def load_asr(config: ASRConfig) -> ASRModels:
+    """Load the config's Whisper model(s) and the Silero VAD once; share them across
+    ASRStreams.
 
     Also limits numpy's BLAS to one thread in this process: the log-mel's matmul is small,
     and OpenBLAS's second thread, once woken, busy-waits ~0.1 s on a core, which is the
@@ -61,15 +70,17 @@ def load_asr(config: ASRConfig) -> tuple[WhisperModel, SileroVADModel]:
     from pipeline.models import asset_path
 
     threadpool_limits(limits=1, user_api="blas")
-    model = WhisperModel(
-        str(asset_path(config.model)),
-        device="cpu",
-        compute_type=config.compute_type,
-        cpu_threads=config.cpu_threads,
-    )
-    if config.text_decoder == "native":
-        load_text_decoder(str(asset_path(config.model)))  # cached: streams share it
-    return model, load_vad_model()
+    whisper: dict[str, WhisperModel] = {}
+    for name in config.whisper_models:
+        whisper[name] = WhisperModel(
+            str(asset_path(name)),
+            device="cpu",
+            compute_type=config.compute_type,
+            cpu_threads=config.cpu_threads,
+        )
+        if config.text_decoder == "native":
+            load_text_decoder(str(asset_path(name)))  # cached: streams share it
+    return ASRModels(whisper, load_vad_model())
 
 
 @dataclass(slots=True)
@@ -82,6 +93,7 @@ class _Decoded:
 class _Utterance:
     utterance_id: int
     audio_start: int  # first sample handed to Whisper (speech start minus the pad)
+    model: str  # the Whisper model decoding it, chosen at its start
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     last: _Decoded | None = None
     speculated: bool = False  # a SpeculativeEnd is out and not yet resolved
@@ -93,19 +105,32 @@ class ASRStream:
     def __init__(
         self,
         config: ASRConfig,
-        model: WhisperModel,
-        vad_model: SileroVADModel,
+        models: ASRModels,
         budget: DecodeBudget | None = None,
         before_decode: Callable[[], None] | None = None,
+        shared: Callable[[], bool] | None = None,
     ) -> None:
-        """`budget`: shared by every stream of one process (asr/budget.py); by default
-        this stream has its own. `before_decode`: called as each Whisper decode starts
-        (the worker sends the events it holds then, so a decode never delays them)."""
+        """`models`: from `load_asr` with a config naming the same model(s). `budget`:
+        shared by every stream of one process (asr/budget.py); by default this stream
+        has its own. `before_decode`: called as each Whisper decode starts (the worker
+        sends the events it holds then, so a decode never delays them). `shared`: for
+        "auto", whether other sessions share the process now (asked as each utterance
+        starts; without it the stream is alone)."""
         self.config = config
+        missing = [name for name in config.whisper_models if name not in models.whisper]
+        if missing:
+            raise ValueError(
+                f"ASRStream: Whisper model(s) {missing} for model={config.model!r} were not "
+                "loaded; load them with load_asr() on a config with the same model"
+            )
+        self._decoders = {
+            name: WhisperDecoder(models.whisper[name], replace(config, model=name))
+            for name in config.whisper_models
+        }
+        self._shared = shared
         self._before_decode = before_decode
         self._budget = budget or DecodeBudget(config.partial_cpu_share)
-        self._decoder = WhisperDecoder(model, config)
-        self._vad = StreamingVAD(vad_model)
+        self._vad = StreamingVAD(models.vad)
         self._endpointer = Endpointer(config)
         self._clock = ArrivalClock()
         self._pad = config.speech_pad_ms * SAMPLE_RATE // 1000
@@ -209,7 +234,9 @@ class ASRStream:
     def _on_start(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         # After a forced cut the audio before the cut belongs to the previous utterance.
         audio_start = event.sample if event.forced else max(event.sample - self._pad, 0)
-        utterance = _Utterance(self._next_id, audio_start)
+        alone, shared = self.config.whisper_models[0], self.config.whisper_models[-1]
+        model = shared if self._shared is not None and self._shared() else alone
+        utterance = _Utterance(self._next_id, audio_start, model)
         self._next_id += 1
         self._utterance = utterance
         self._last_decode_at = now
@@ -260,7 +287,13 @@ class ASRStream:
         if not transcript.text:
             return [Discard(utterance.utterance_id)]
         speech_end_ns = self._clock.arrival_ns(event.sample)
-        final = Final(utterance.utterance_id, transcript.text, speech_end_ns, transcript.decode_ms)
+        final = Final(
+            utterance.utterance_id,
+            transcript.text,
+            speech_end_ns,
+            transcript.decode_ms,
+            utterance.model,
+        )
         return [*self._rollback(utterance, transcript.text), final]
 
     def _rollback(self, utterance: _Utterance, text: str) -> list[ASREvent]:
@@ -284,7 +317,8 @@ class ASRStream:
         # The last decode's text is a good guess at this one's while the window has not slid.
         last = utterance.last
         guess = last.transcript.text if last and start == utterance.audio_start else ""
-        transcript = self._decoder.decode(self._audio.read(start, until), guess)
+        decoder = self._decoders[utterance.model]
+        transcript = decoder.decode(self._audio.read(start, until), guess)
         self._budget.record(started_ns, time.perf_counter_ns())
         utterance.last = _Decoded(transcript, until)
         self._last_decode_ms = transcript.decode_ms

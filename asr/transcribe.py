@@ -11,12 +11,9 @@ import dataclasses
 import wave
 from pathlib import Path
 
-from faster_whisper import WhisperModel
-from faster_whisper.vad import SileroVADModel
-
 from asr.config import ASRConfig
 from asr.events import ASREvent, Final
-from asr.stream import ASRStream, load_asr
+from asr.stream import ASRModels, ASRStream, load_asr
 
 FRAME_MS = 20
 RAW_RATE = 16_000
@@ -48,7 +45,7 @@ def transcribe_file(
     path: str | Path,
     config: ASRConfig,
     raw_s16le_16k: bool = False,
-    models: tuple[WhisperModel, SileroVADModel] | None = None,
+    models: ASRModels | None = None,
 ) -> str:
     """Transcribe a WAV (any supported rate, mono or stereo) or raw s16le 16 kHz file.
 
@@ -59,8 +56,7 @@ def transcribe_file(
     # Partials change nothing in the Finals (each Final decodes its whole utterance), so
     # offline we skip them and only pay for the end-of-utterance decodes.
     config = dataclasses.replace(config, partial_interval_ms=0)
-    model, vad_model = models if models is not None else load_asr(config)
-    stream = ASRStream(config, model, vad_model)
+    stream = ASRStream(config, models if models is not None else load_asr(config))
     frame_bytes = sample_rate * FRAME_MS // 1000 * 2 * channels
     texts: list[str] = []
     arrival_ns = 0

@@ -46,7 +46,7 @@ from pipeline.worker import Events, TableHandler
 class ASRHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = ASRConfig(**config)
-        self.model, self.vad = load_asr(self.config)
+        self.models = load_asr(self.config)
         # One budget for every session's partial decodes (asr/budget.py).
         self.budget = DecodeBudget(self.config.partial_cpu_share)
         self.out = out
@@ -94,7 +94,11 @@ class ASRHandler(TableHandler):
     def _stream(self, session_id: int) -> ASRStream:
         if session_id not in self.streams:
             self.streams[session_id] = ASRStream(
-                self.config, self.model, self.vad, self.budget, before_decode=self._send_held
+                self.config,
+                self.models,
+                self.budget,
+                before_decode=self._send_held,
+                shared=lambda: len(self.streams) > 1,
             )
             self.turn_base[session_id] = self.next_turn.get(session_id, 0)
         return self.streams[session_id]
@@ -191,5 +195,7 @@ class ASRHandler(TableHandler):
             turn_id=turn,
             origin_ns=event.speech_end_ns,
         )
-        self.events.stamp(session_id, turn, Stamp.ASR_FINAL, int(event.decode_ms * 1000))
+        self.events.stamp(
+            session_id, turn, Stamp.ASR_FINAL, int(event.decode_ms * 1000), event.model
+        )
         self.events.stamp(session_id, turn, Stamp.TRANSCRIPT, text=event.text)

@@ -24,12 +24,10 @@ from pathlib import Path
 
 import jiwer
 import numpy as np
-from faster_whisper import WhisperModel
-from faster_whisper.vad import SileroVADModel
 
 from asr.config import ASRConfig
 from asr.events import ASREvent, Final, SpeculativeEnd
-from asr.stream import ASRStream, load_asr
+from asr.stream import ASRModels, ASRStream, load_asr
 from asr.transcribe import transcribe_file
 from pipeline.models import asset_path
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence
@@ -51,15 +49,13 @@ REALTIME_CLIPS = (
     "goforward.raw",
 )
 
-Models = tuple[WhisperModel, SileroVADModel]
-
 
 def _realtime_latencies(
-    models: Models, config: ASRConfig, audio: np.ndarray
+    models: ASRModels, config: ASRConfig, audio: np.ndarray
 ) -> tuple[dict[str, list[float]], str]:
     """Speech end -> event returned (ms) for one clip fed at real-time pace, and the
     clip's transcript (its Finals joined)."""
-    stream = ASRStream(config, *models)
+    stream = ASRStream(config, models)
     audio = np.concatenate([audio, silence(TRAILING_SILENCE_S)])
     latencies: dict[str, list[float]] = {"final": [], "speculative": []}
     texts: list[str] = []
@@ -86,7 +82,7 @@ def _collect(events: list[ASREvent], latencies: dict[str, list[float]], texts: l
             latencies["speculative"].append((returned_ns - event.speech_end_ns) / 1e6)
 
 
-def _offline(models: Models, config: ASRConfig, items: list) -> tuple[float, float, float]:
+def _offline(models: ASRModels, config: ASRConfig, items: list) -> tuple[float, float, float]:
     """(WER, processing seconds, audio seconds) of every reference clip, fast as possible."""
     truths, hypotheses = [], []
     busy_s = audio_s = 0.0

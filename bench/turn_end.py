@@ -3,22 +3,24 @@ without the hold on unfinished words (asr/turn_end.py)?
 
 Every real clip of the test corpus, cut at each word boundary in turn (Whisper base's
 word times, moved to the quietest 20 ms within 100 ms), with PAUSE_S of silence put in:
-one variant per boundary. Each variant goes through a fresh `ASRStream` (tiny.en, the
-pipeline's settings, partials off: the end of turn reads the decode at the pause), fed
-as fast as the CPU allows with arrival times at real-time pace, twice: with the hold and
-with `unfinished_end_silence_ms=0`. A variant whose words come out as more than one
-Final was cut. The untouched clips, once each with the hold, count complete turns held
-(a held complete turn answers `unfinished_end_silence_ms` later).
+one variant per boundary. Each variant goes through a fresh `ASRStream` (base and tiny.en,
+the two models "auto" picks between; the pipeline's settings, partials off: the end of
+turn reads the decode at the pause), fed as fast as the CPU allows with arrival times at
+real-time pace, twice: with the hold and with `unfinished_end_silence_ms=0`. A variant
+whose words come out as more than one Final was cut. The untouched clips, once each with
+the hold, count complete turns held (such a turn is answered ~700 ms later).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from faster_whisper import WhisperModel
 
-from asr.config import ASRConfig
+from asr.config import AUTO_MODELS, ASRConfig
 from asr.events import Final, Hold
-from asr.stream import ASRStream, load_asr
+from asr.stream import ASRModels, ASRStream, load_asr
 from pipeline.models import asset_path
 from tests.asr.clipdata import SAMPLE_RATE, feed_frames, read_clip, silence, trim
 
@@ -32,8 +34,7 @@ CLIPS = (
     "forever/input_2_16k.wav",
     "forever/input_4_16k.wav",
 )
-HOLDING = ASRConfig(partial_interval_ms=0)
-FIXED = ASRConfig(partial_interval_ms=0, unfinished_end_silence_ms=0)
+MODELS = AUTO_MODELS
 SEARCH = SAMPLE_RATE // 10
 FRAME = SAMPLE_RATE // 50
 
@@ -51,51 +52,59 @@ def _boundaries(aligner: WhisperModel, audio: np.ndarray) -> list[int]:
     return [_quietest_near(audio, int(word.end * SAMPLE_RATE)) for word in words[:-1]]
 
 
-def _turns(config: ASRConfig, models: tuple, audio: np.ndarray) -> tuple[int, int]:
+def _turns(config: ASRConfig, models: ASRModels, audio: np.ndarray) -> tuple[int, int]:
     """(Finals, Holds) of one pass of `audio` and a trailing second of silence."""
-    events = [e for _, e in feed_frames(ASRStream(config, *models), audio)]
+    events = [e for _, e in feed_frames(ASRStream(config, models), audio)]
     return sum(isinstance(e, Final) for e in events), sum(isinstance(e, Hold) for e in events)
 
 
 def run() -> dict[str, float]:
-    models = load_asr(HOLDING)
-    aligner = WhisperModel(str(asset_path("base")), device="cpu", compute_type="int8")
+    models = load_asr(ASRConfig(model="auto"))
+    aligner = models.whisper["base"]
     root = asset_path("testclips")
-    cut = {"held": 0, "fixed": 0}
-    pauses = whole_held = 0
-    for name in CLIPS:
-        clip = trim(read_clip(root / name))
-        tail = silence(1.0)
-        whole_held += _turns(HOLDING, models, np.concatenate([clip, tail]))[1] > 0
-        # Some clips are two utterances already (cards/005); a cut adds a Final to those.
-        finals_whole = _turns(FIXED, models, np.concatenate([clip, tail]))[0]
-        for at in _boundaries(aligner, clip):
-            audio = np.concatenate([clip[:at], silence(PAUSE_S), clip[at:], tail])
-            pauses += 1
-            cut["held"] += _turns(HOLDING, models, audio)[0] > finals_whole
-            cut["fixed"] += _turns(FIXED, models, audio)[0] > finals_whole
-    return {
-        "turn_end.pauses": float(pauses),
-        "turn_end.whole_turns": float(len(CLIPS)),
-        "turn_end.whole_held": float(whole_held),
-        "turn_end.cut_pct.fixed": round(100 * cut["fixed"] / pauses, 1),
-        "turn_end.cut_pct.held": round(100 * cut["held"] / pauses, 1),
-    }
+    clips = [trim(read_clip(root / name)) for name in CLIPS]
+    boundaries = [_boundaries(aligner, clip) for clip in clips]
+    results = {"turn_end.pauses": float(sum(map(len, boundaries)))}
+    results["turn_end.whole_turns"] = float(len(CLIPS))
+    for model in MODELS:
+        holding = ASRConfig(model=model, partial_interval_ms=0)
+        fixed = replace(holding, unfinished_end_silence_ms=0)
+        cut = {"held": 0, "fixed": 0}
+        whole_held = 0
+        for clip, cuts in zip(clips, boundaries, strict=True):
+            tail = silence(1.0)
+            whole_held += _turns(holding, models, np.concatenate([clip, tail]))[1] > 0
+            # Some clips are two utterances already (cards/005); a cut adds a Final.
+            finals_whole = _turns(fixed, models, np.concatenate([clip, tail]))[0]
+            for at in cuts:
+                audio = np.concatenate([clip[:at], silence(PAUSE_S), clip[at:], tail])
+                cut["held"] += _turns(holding, models, audio)[0] > finals_whole
+                cut["fixed"] += _turns(fixed, models, audio)[0] > finals_whole
+        pauses = results["turn_end.pauses"]
+        results[f"turn_end.whole_held.{model}"] = float(whole_held)
+        results[f"turn_end.cut_pct.fixed.{model}"] = round(100 * cut["fixed"] / pauses, 1)
+        results[f"turn_end.cut_pct.held.{model}"] = round(100 * cut["held"] / pauses, 1)
+    return results
 
 
 def table(results: dict[str, float]) -> str:
-    return "\n".join(
-        [
-            f"mid-sentence pauses of {PAUSE_S * 1000:.0f} ms, {results['turn_end.pauses']:.0f} "
-            f"cuts of {results['turn_end.whole_turns']:.0f} real clips: turn cut in two",
-            f"  fixed {ASRConfig().end_silence_ms} ms end of turn: "
-            f"{results['turn_end.cut_pct.fixed']:.1f}%",
-            f"  held to {ASRConfig().unfinished_end_silence_ms} ms after unfinished words: "
-            f"{results['turn_end.cut_pct.held']:.1f}%",
-            f"whole clips held (answered later): {results['turn_end.whole_held']:.0f} of "
-            f"{results['turn_end.whole_turns']:.0f}",
-        ]
+    lines = [
+        f"mid-sentence pauses of {PAUSE_S * 1000:.0f} ms, {results['turn_end.pauses']:.0f} "
+        f"cuts of {results['turn_end.whole_turns']:.0f} real clips: turn cut in two (%)",
+        f"{'model':9} {'fixed':>7} {'held':>7} {'whole clips held':>17}",
+    ]
+    for model in MODELS:
+        lines.append(
+            f"{model:9} {results[f'turn_end.cut_pct.fixed.{model}']:>7.1f} "
+            f"{results[f'turn_end.cut_pct.held.{model}']:>7.1f} "
+            f"{results[f'turn_end.whole_held.{model}']:>17.0f}"
+        )
+    config = ASRConfig()
+    lines.append(
+        f"(fixed: {config.end_silence_ms} ms end of turn; held: "
+        f"{config.unfinished_end_silence_ms} ms after unfinished words)"
     )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from asr.config import ASRConfig
+
 TRANSPORTS = ("shm", "zmq")
 MODES = ("streaming", "sequential", "naive")  # the pipeline, then its two yardsticks
 
@@ -64,7 +66,7 @@ class PipelineConfig:
         """(ASR model, LLM model, TTS voice) as the stage workers pick them: their setting
         here, else the default asset each worker loads (asr/, llm/, tts/ worker.py)."""
         return (
-            str(self.asr.get("model", "tiny.en")),
+            str(self.asr.get("model", ASRConfig().model)),
             str(self.llm.get("model", "smollm2")),
             str(self.tts.get("voice", "joe")),
         )

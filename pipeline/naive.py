@@ -81,8 +81,9 @@ class NaivePipeline:
     ) -> None:
         from piper import PiperVoice
 
-        self.asr_config = ASRConfig(**(asr or {}))
-        self.whisper, self.vad_model = load_asr(self.asr_config)
+        self.asr_config = ASRConfig(**(asr or {})).alone()
+        models = load_asr(self.asr_config)
+        self.whisper, self.vad_model = models.whisper[self.asr_config.model], models.vad
         self.llm_config = llm_config({})
         self.tokenizer = ChatTokenizer(read_tokenizer_data(GGUFFile(self.llm_config.model_path)))
         self.prompts = _Prompts(self.tokenizer)
@@ -91,7 +92,8 @@ class NaivePipeline:
         self.voice = PiperVoice.load(voice_dir / "voice.onnx")
         self._pad = self.asr_config.speech_pad_ms * SAMPLE_RATE // 1000
         self._sessions = 0
-        self._models = PipelineConfig(asr=asr or {}, tts=tts or {}).model_names()
+        _, llm_model, tts_voice = PipelineConfig(tts=tts or {}).model_names()
+        self._models = (self.asr_config.model, llm_model, tts_voice)
 
     def run_clip(
         self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0

@@ -41,8 +41,8 @@ class SequentialPipeline:
         end_silence = int(asr_settings.get("end_silence_ms", ASRConfig().end_silence_ms))
         # No transcript before the end of turn, so no hold on unfinished words either.
         asr_settings.update(partial_interval_ms=0, speculative_silence_ms=end_silence)
-        self.asr_config = ASRConfig(**asr_settings)
-        self.whisper, self.vad = load_asr(self.asr_config)
+        self.asr_config = ASRConfig(**asr_settings).alone()
+        self.asr_models = load_asr(self.asr_config)
         self.llm_config = llm_config(llm or {})
         self.engine = LLMEngine(self.llm_config)
         # Prompts are fitted to the context as the stage fits them (Dialogue.prompt_text).
@@ -52,13 +52,14 @@ class SequentialPipeline:
         self._request_ids = 0
         self._sessions = 0
         # Named in every trace as the streaming pipeline names them.
-        self._models = PipelineConfig(asr=asr or {}, llm=llm or {}, tts=tts or {}).model_names()
+        _, llm_model, tts_voice = PipelineConfig(llm=llm or {}, tts=tts or {}).model_names()
+        self._models = (self.asr_config.model, llm_model, tts_voice)
 
     def run_clip(
         self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0
     ) -> ClipResult:
         self._sessions += 1
-        stream = ASRStream(self.asr_config, self.whisper, self.vad)
+        stream = ASRStream(self.asr_config, self.asr_models)
         dialogue = Dialogue()
         traces: list[TurnTrace] = []
         audio: list[np.ndarray] = []

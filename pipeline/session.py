@@ -321,6 +321,7 @@ class Session:
             trace.mark(stamp, record.stamp_ns)
             if stamp == Stamp.ASR_FINAL:
                 trace.asr_decode_ms = value / 1000
+                trace.asr_model = text or trace.asr_model  # "auto" picks one per turn
 
     def _on_error(self, record: Record) -> None:
         self.fail(record.turn_id, record.text())

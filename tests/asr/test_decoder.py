@@ -35,8 +35,8 @@ def test_stuck_loops_are_recognised_and_kept_once() -> None:
 
 
 def test_short_window_decodes_a_real_clip_without_retry(clips: Path, models) -> None:
-    whisper, _vad = models
-    decoder = WhisperDecoder(whisper, ASRConfig())
+    whisper = models.whisper["tiny.en"]
+    decoder = WhisperDecoder(whisper, ASRConfig(model="tiny.en"))
     audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(0.2)])
     transcript = decoder.decode(audio)
     assert transcript.text.lower().startswith("go forward")

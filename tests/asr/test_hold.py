@@ -16,8 +16,8 @@ from asr.stream import ASRStream
 from tests.asr.clipdata import SAMPLE_RATE, feed_frames, read_clip, sample_ns, silence, trim
 from tests.asr.test_stream import of_type, words
 
-HOLDING = ASRConfig(partial_interval_ms=0)
-FIXED = ASRConfig(partial_interval_ms=0, unfinished_end_silence_ms=0)
+HOLDING = ASRConfig(model="tiny.en", partial_interval_ms=0)
+FIXED = ASRConfig(model="tiny.en", partial_interval_ms=0, unfinished_end_silence_ms=0)
 PAUSE_S = 0.6
 
 
@@ -41,13 +41,13 @@ def pause_after_second_of(clips: Path, model: WhisperModel) -> tuple[np.ndarray,
 
 @pytest.fixture(scope="module")
 def cards_with_pause(clips: Path, models) -> tuple[np.ndarray, int]:
-    audio, cut = pause_after_second_of(clips, models[0])
+    audio, cut = pause_after_second_of(clips, models.whisper["tiny.en"])
     return np.concatenate([audio, silence(1.5)]), cut
 
 
 def test_pause_after_unfinished_words_is_held(cards_with_pause, models) -> None:
     audio, cut = cards_with_pause
-    events = feed_frames(ASRStream(HOLDING, *models), audio)
+    events = feed_frames(ASRStream(HOLDING, models), audio)
     finals = [words(f.text) for f in of_type(events, Final)]
     assert len(finals) == 1 and finals[0].endswith("of hearts"), finals
     assert len(of_type(events, Hold)) == 1
@@ -63,7 +63,7 @@ def test_pause_after_unfinished_words_is_held(cards_with_pause, models) -> None:
 
 def test_without_the_hold_the_same_pause_ends_the_turn(cards_with_pause, models) -> None:
     audio, _ = cards_with_pause
-    events = feed_frames(ASRStream(FIXED, *models), audio)
+    events = feed_frames(ASRStream(FIXED, models), audio)
     finals = [words(f.text) for f in of_type(events, Final)]
     # Cut in two at the pause ("... four of" or, on an AVX2 box, "... four of a").
     assert len(finals) == 2 and "spades" in finals[0] and "spades" not in finals[1], finals
@@ -74,6 +74,6 @@ def test_pause_after_a_whole_turn_is_not_held(clips: Path, models) -> None:
     first = trim(read_clip(clips / "cards" / "001.wav"))
     second = trim(read_clip(clips / "cards" / "003.wav"))
     audio = np.concatenate([first, silence(PAUSE_S), second, silence(1.5)])
-    events = feed_frames(ASRStream(HOLDING, *models), audio)
+    events = feed_frames(ASRStream(HOLDING, models), audio)
     assert len(of_type(events, Final)) == 2
     assert of_type(events, Hold) == []

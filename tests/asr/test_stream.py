@@ -23,7 +23,7 @@ from tests.asr.clipdata import (
 )
 
 # Partials off unless a test is about them: each decode costs CPU the tests share.
-QUIET = ASRConfig(partial_interval_ms=0)
+QUIET = ASRConfig(model="tiny.en", partial_interval_ms=0)
 MS = 1_000_000
 
 
@@ -37,7 +37,7 @@ def of_type(events: list, kind: type) -> list:
 
 def test_clip_gives_start_then_final_with_accurate_speech_end(clips: Path, models) -> None:
     audio = read_clip(clips / "goforward.raw")
-    stream = ASRStream(ASRConfig(), *models)
+    stream = ASRStream(ASRConfig(model="tiny.en"), models)
     events = feed_frames(stream, np.concatenate([audio, silence(1.0)]))
     kinds = [type(e) for _, e in events]
     assert kinds[0] is SpeechStart and kinds.count(Final) == 1
@@ -54,14 +54,14 @@ def test_clip_gives_start_then_final_with_accurate_speech_end(clips: Path, model
 
 
 def test_silence_gives_no_events(models) -> None:
-    events = feed_frames(ASRStream(QUIET, *models), silence(3.0))
+    events = feed_frames(ASRStream(QUIET, models), silence(3.0))
     assert events == []
 
 
 def test_noise_gives_no_final(models) -> None:
     noise = np.random.default_rng(1).normal(0, 0.05, 3 * SAMPLE_RATE).astype(np.float32)
     hum = 0.1 * np.sin(2 * np.pi * 50 * np.arange(3 * SAMPLE_RATE) / SAMPLE_RATE)
-    events = feed_frames(ASRStream(QUIET, *models), (noise + hum).astype(np.float32))
+    events = feed_frames(ASRStream(QUIET, models), (noise + hum).astype(np.float32))
     assert of_type(events, Final) == []
     # If the VAD fired anyway, the utterance is closed by a Discard.
     assert len(of_type(events, SpeechStart)) == len(of_type(events, Discard))
@@ -70,14 +70,14 @@ def test_noise_gives_no_final(models) -> None:
 def test_telephone_8khz_int16(clips: Path, models) -> None:
     audio = soxr.resample(read_clip(clips / "goforward.raw"), SAMPLE_RATE, 8000)
     pcm16 = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
-    events = feed_frames(ASRStream(QUIET, *models), pcm16, sample_rate=8000)
+    events = feed_frames(ASRStream(QUIET, models), pcm16, sample_rate=8000)
     assert [words(f.text) for f in of_type(events, Final)] == ["go forward 10 meters"]
 
 
 def test_stereo_48khz_float(clips: Path, models) -> None:
     audio = soxr.resample(read_clip(clips / "cards" / "001.wav"), SAMPLE_RATE, 48_000)
     stereo = np.repeat(audio.astype(np.float32), 2)  # interleaved L R L R
-    events = feed_frames(ASRStream(QUIET, *models), stereo, sample_rate=48_000, channels=2)
+    events = feed_frames(ASRStream(QUIET, models), stereo, sample_rate=48_000, channels=2)
     finals = [words(f.text) for f in of_type(events, Final)]
     # The near tie of the test below: a resampled clip tips it either way.
     assert finals in (["10 of clubs"], ["10 of close"])
@@ -87,7 +87,7 @@ def test_two_clips_with_long_silence_give_two_finals(clips: Path, models) -> Non
     first = read_clip(clips / "cards" / "001.wav")
     second = read_clip(clips / "goforward.raw")
     events = feed_frames(
-        ASRStream(QUIET, *models), np.concatenate([first, silence(2.0), second, silence(0.5)])
+        ASRStream(QUIET, models), np.concatenate([first, silence(2.0), second, silence(0.5)])
     )
     finals = of_type(events, Final)
     assert len(finals) == 2, [f.text for f in finals]
@@ -101,11 +101,13 @@ def test_two_clips_with_long_silence_give_two_finals(clips: Path, models) -> Non
 
 def test_short_pause_gives_speculative_end_resume_and_one_final(clips: Path, models) -> None:
     # Speculative end after 64 ms of silence, end after 800 ms; the pause is ~450 ms.
-    config = ASRConfig(partial_interval_ms=0, speculative_silence_ms=64, end_silence_ms=800)
+    config = ASRConfig(
+        model="tiny.en", partial_interval_ms=0, speculative_silence_ms=64, end_silence_ms=800
+    )
     first = trim(read_clip(clips / "cards" / "001.wav"))
     second = trim(read_clip(clips / "cards" / "003.wav"))
     audio = np.concatenate([first, silence(0.45), second, silence(1.2)])
-    events = feed_frames(ASRStream(config, *models), audio)
+    events = feed_frames(ASRStream(config, models), audio)
     kinds = [type(e) for _, e in events if not isinstance(e, Partial)]
     assert kinds == [SpeechStart, SpeculativeEnd, Resume, SpeculativeEnd, Final]
     # Decoded ~32 ms into the pause, so the last word may be misheard ("close").
@@ -116,13 +118,13 @@ def test_short_pause_gives_speculative_end_resume_and_one_final(clips: Path, mod
 def test_flush_finalizes_speech_cut_off_mid_utterance(clips: Path, models) -> None:
     audio = read_clip(clips / "goforward.raw")
     _, last = voiced_span(audio)
-    events = feed_frames(ASRStream(QUIET, *models), audio[: last - 800])
+    events = feed_frames(ASRStream(QUIET, models), audio[: last - 800])
     finals = of_type(events, Final)
     assert len(finals) == 1 and words(finals[0].text).startswith("go forward")
 
 
 def test_feed_errors(models) -> None:
-    stream = ASRStream(QUIET, *models)
+    stream = ASRStream(QUIET, models)
     stream.feed(np.zeros(320, np.float32), 16_000, 1, arrival_ns=1)
     with pytest.raises(ValueError, match="format changed"):
         stream.feed(np.zeros(160, np.float32), 8000, 1, arrival_ns=2)
@@ -130,13 +132,15 @@ def test_feed_errors(models) -> None:
     with pytest.raises(ValueError, match="after flush"):
         stream.feed(np.zeros(320, np.float32), 16_000, 1, arrival_ns=4)
     with pytest.raises(ValueError, match="sample rate"):
-        ASRStream(QUIET, *models).feed(b"\x00\x00", 11_025, 1, arrival_ns=1)
+        ASRStream(QUIET, models).feed(b"\x00\x00", 11_025, 1, arrival_ns=1)
 
 
 @pytest.mark.slow
 def test_partials_grow_a_stable_prefix(clips: Path, models) -> None:
     audio = read_clip(clips / "librivox" / "0870.wav")
-    events = feed_frames(ASRStream(ASRConfig(partial_interval_ms=600), *models), audio)
+    events = feed_frames(
+        ASRStream(ASRConfig(model="tiny.en", partial_interval_ms=600), models), audio
+    )
     partials = of_type(events, Partial)
     assert len(partials) >= 3
     stables = [p.stable for p in partials]
@@ -182,8 +186,10 @@ def test_max_utterance_cut_loses_no_words(clips: Path, models) -> None:
     }
     parts = [trim(read_clip(clips / "librivox" / f"{n}.wav")) for n in names]
     audio = np.concatenate([np.concatenate([p, silence(0.1)]) for p in parts])
-    config = ASRConfig(partial_interval_ms=0, max_utterance_s=5.0, end_silence_ms=600)
-    events = feed_frames(ASRStream(config, *models), np.concatenate([audio, silence(1.0)]))
+    config = ASRConfig(
+        model="tiny.en", partial_interval_ms=0, max_utterance_s=5.0, end_silence_ms=600
+    )
+    events = feed_frames(ASRStream(config, models), np.concatenate([audio, silence(1.0)]))
     finals = of_type(events, Final)
     assert len(finals) >= 3
     hypothesis = words(" ".join(f.text for f in finals)).replace("-", " ")
@@ -195,3 +201,20 @@ def test_max_utterance_cut_loses_no_words(clips: Path, models) -> None:
     # cut losing its words would cost whole phrases.
     measures = jiwer.process_words(truth, hypothesis)
     assert measures.wer <= 0.25 and measures.deletions <= 4, hypothesis
+
+
+def test_auto_picks_base_alone_and_tiny_when_shared_per_utterance(clips: Path, models) -> None:
+    # Asked as each utterance starts: alone for the first, shared for the second.
+    answers = iter([False, True])
+    stream = ASRStream(ASRConfig(partial_interval_ms=0), models, shared=lambda: next(answers))
+    card = trim(read_clip(clips / "cards" / "001.wav"))
+    events = feed_frames(stream, np.concatenate([card, silence(1.0), card, silence(1.0)]))
+    finals = of_type(events, Final)
+    assert [f.model for f in finals] == ["base", "tiny.en"]
+    assert all(words(f.text).startswith("10 of") for f in finals), finals
+
+
+def test_a_stream_needs_its_models_loaded(models) -> None:
+    tiny_only = type(models)({"tiny.en": models.whisper["tiny.en"]}, models.vad)
+    with pytest.raises(ValueError, match=r"\['base'\].*load_asr"):
+        ASRStream(ASRConfig(model="base"), tiny_only)

@@ -37,9 +37,9 @@ def _encoded(whisper, clip: Path) -> tuple[ctranslate2.StorageView, torch.Tensor
 
 @pytest.fixture(scope="module")
 def setup(models) -> tuple[object, WhisperDecoder, TextDecoder]:
-    whisper, _vad = models
+    whisper = models.whisper["tiny.en"]
     text_decoder = load_text_decoder(str(asset_path("tiny.en")))
-    return whisper, WhisperDecoder(whisper, ASRConfig()), text_decoder
+    return whisper, WhisperDecoder(whisper, ASRConfig(model="tiny.en")), text_decoder
 
 
 def _decode(setup, hidden: torch.Tensor, draft: list[int]):
@@ -127,7 +127,7 @@ def test_reader_gives_every_decoder_weight() -> None:
 
 def test_the_base_model_decodes_too(clips: Path) -> None:
     config = ASRConfig(model="base")
-    whisper, _vad = load_asr(config)
+    whisper = load_asr(config).whisper["base"]
     base = WhisperDecoder(whisper, config)
     assert base._text_decoder is not None and base._text_decoder._width == 512
     audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(0.2)])
@@ -136,7 +136,7 @@ def test_the_base_model_decodes_too(clips: Path) -> None:
 
 def test_config_keeps_beam_search_on_ctranslate2() -> None:
     with pytest.raises(ValueError, match="beam_size > 1 needs text_decoder='ctranslate2'"):
-        ASRConfig(beam_size=4)
+        ASRConfig(model="tiny.en", beam_size=4)
     with pytest.raises(ValueError, match="text_decoder must be one of"):
-        ASRConfig(text_decoder="onnx")
-    assert ASRConfig(beam_size=4, text_decoder="ctranslate2").beam_size == 4
+        ASRConfig(model="tiny.en", text_decoder="onnx")
+    assert ASRConfig(model="tiny.en", beam_size=4, text_decoder="ctranslate2").beam_size == 4

@@ -23,8 +23,8 @@ def _clip(clips: Path) -> np.ndarray:
 
 
 def test_a_decode_learns_its_pools_and_pins_them_apart(clips: Path, models) -> None:
-    whisper, _vad = models
-    decoder = WhisperDecoder(whisper, ASRConfig())
+    whisper = models.whisper["tiny.en"]
+    decoder = WhisperDecoder(whisper, ASRConfig(model="tiny.en"))
     assert "forward" in decoder.decode(_clip(clips)).text.lower()
     pools = PLACEMENT.pools
     # CTranslate2 at cpu_threads=2: its own thread and one OpenMP worker; PyTorch: a worker.
@@ -43,12 +43,12 @@ def test_a_decode_learns_its_pools_and_pins_them_apart(clips: Path, models) -> N
 
 
 def test_spreading_can_be_switched_off(clips: Path, models) -> None:
-    whisper, _vad = models
-    WhisperDecoder(whisper, ASRConfig()).decode(_clip(clips))  # pools learned
+    whisper = models.whisper["tiny.en"]
+    WhisperDecoder(whisper, ASRConfig(model="tiny.en")).decode(_clip(clips))  # pools learned
     threads = [tid for pool in PLACEMENT.pools.values() for tid in pool]
     for tid in threads:
         os.sched_setaffinity(tid, ALL_CPUS)
-    WhisperDecoder(whisper, ASRConfig(spread_threads=False)).decode(_clip(clips))
+    WhisperDecoder(whisper, ASRConfig(model="tiny.en", spread_threads=False)).decode(_clip(clips))
     assert all(os.sched_getaffinity(tid) == ALL_CPUS for tid in threads)
 
 

@@ -86,7 +86,9 @@ def test_tiny_en_wer_through_the_stream(clips: Path, models) -> None:
     assert len(items) == 11
     truth = [normalize(ref) for _, _, ref in items]
     hypotheses = [
-        normalize(transcribe_file(path, ASRConfig(), raw_s16le_16k=raw, models=models))
+        normalize(
+            transcribe_file(path, ASRConfig(model="tiny.en"), raw_s16le_16k=raw, models=models)
+        )
         for path, raw, _ in items
     ]
     wer = jiwer.wer(truth, hypotheses)
@@ -103,12 +105,12 @@ def test_stereo_44k_wav(clips: Path, models, tmp_path: Path) -> None:
         wav.setsampwidth(2)
         wav.setframerate(44_100)
         wav.writeframes(pcm.tobytes())
-    text = transcribe_file(path, ASRConfig(), models=models)
+    text = transcribe_file(path, ASRConfig(model="tiny.en"), models=models)
     assert normalize(text) == "go forward ten meters"
 
 
 def test_unreadable_files_are_reported(clips: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no such audio file"):
-        transcribe_file(tmp_path / "missing.wav", ASRConfig())
+        transcribe_file(tmp_path / "missing.wav", ASRConfig(model="tiny.en"))
     with pytest.raises(ValueError, match="raw_s16le_16k"):
-        transcribe_file(clips / "goforward.raw", ASRConfig())
+        transcribe_file(clips / "goforward.raw", ASRConfig(model="tiny.en"))

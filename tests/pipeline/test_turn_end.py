@@ -18,7 +18,9 @@ from tests.asr.test_hold import pause_after_second_of
 
 @pytest.mark.slow
 def test_held_pause_is_one_turn_with_the_hold_in_its_trace(clips_dir) -> None:
-    audio, _ = pause_after_second_of(clips_dir, load_asr(ASRConfig())[0])
+    audio, _ = pause_after_second_of(
+        clips_dir, load_asr(ASRConfig(model="tiny.en")).whisper["tiny.en"]
+    )
     speech = Clip((audio * 32767).astype(np.int16), 16_000, 1)
 
     async def scenario():
