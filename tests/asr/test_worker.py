@@ -9,7 +9,7 @@ import numpy as np
 
 from asr.events import Partial
 from asr.worker import ASRHandler
-from ipc.records import AUDIO_FORMAT, Record, RecordKind, SampleFormat
+from ipc.records import AUDIO_FORMAT, Record, RecordKind, SampleFormat, Stamp
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence, trim
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as the pipeline's sources send it
@@ -37,9 +37,9 @@ class NoEvents:
         raise AssertionError(f"stage error: {args}")
 
 
-def _audio_record(samples: np.ndarray, arrival_ns: int) -> Record:
+def _audio_record(samples: np.ndarray, arrival_ns: int, session_id: int = 1) -> Record:
     payload = AUDIO_FORMAT.pack(SAMPLE_RATE, 1, SampleFormat.FLOAT32) + samples.tobytes()
-    return Record(RecordKind.AUDIO_IN, 0, 1, 0, arrival_ns, 0, payload)
+    return Record(RecordKind.AUDIO_IN, 0, session_id, 0, arrival_ns, 0, payload)
 
 
 def test_a_decodes_partial_leaves_with_the_speculative_end_its_backlog_holds(
@@ -77,3 +77,37 @@ def test_a_decodes_partial_leaves_with_the_speculative_end_its_backlog_holds(
         out.batch += 1
     assert RecordKind.FINAL in [kind for _, kind in out.sent]
     assert not handler.held
+
+
+class FinalModels(NoEvents):
+    """Notes the model each ASR_FINAL stamp names, by session."""
+
+    def __init__(self) -> None:
+        self.models: list[tuple[int, str]] = []
+
+    def stamp(self, session_id: int, turn_id: int, point: Stamp, value: int = 0,
+              text: str = "", at_ns: int | None = None) -> None:  # fmt: skip
+        if point == Stamp.ASR_FINAL:
+            self.models.append((session_id, text))
+
+
+def test_auto_decodes_with_base_alone_and_tiny_while_another_session_is_open(
+    clips: Path,
+) -> None:
+    events = FinalModels()
+    handler = ASRHandler({"partial_interval_ms": 0}, RecordingSender(), events)  # type: ignore[arg-type]
+    audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(1.0)])
+    clock = [0]
+
+    def feed(session_id: int, samples: np.ndarray) -> None:
+        for i in range(0, len(samples) - FRAME + 1, FRAME):
+            clock[0] += FRAME_NS
+            handler.handle(_audio_record(samples[i : i + FRAME], clock[0], session_id))
+            handler.step()
+
+    feed(1, audio)  # alone
+    feed(2, silence(0.1))  # a second session opens; it says nothing
+    feed(1, audio)
+    handler.handle(Record(RecordKind.END_OF_INPUT, 0, 2, 0, clock[0], 0, b""))
+    feed(1, audio)  # alone again
+    assert events.models == [(1, "base"), (1, "tiny.en"), (1, "base")]
