@@ -303,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     transcribe = sub.add_parser("transcribe", help="print the final transcript of audio files")
     transcribe.add_argument("files", nargs="+")
-    transcribe.add_argument("--model", choices=("tiny.en", "base"), default="tiny.en")
+    # One file at a time: the more accurate model (docs/asr.md, "One model for one session").
+    transcribe.add_argument("--model", choices=("tiny.en", "base"), default="base")
     transcribe.add_argument("--json", action="store_true")
     transcribe.set_defaults(func=_cmd_transcribe)
 
