@@ -313,6 +313,7 @@ class Session:
             trace.prefill_early_tokens = int(text) if text.isdigit() else 0
         elif stamp == Stamp.END_HELD:
             trace.end_holds += 1
+            self.sink.on_text(record.turn_id, "speech.held", "")
         elif stamp in _SPECULATIVE_STAMPS:
             # One per attempt at the reply: the next attempt's replaces a retracted one's,
             # even when it comes before the RESUME (pipeline.commit_gate.Retraction).

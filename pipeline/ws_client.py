@@ -44,6 +44,7 @@ CLOSE_GRACE_S = 2.0
 # Sink.on_text kinds -> (event type, field that carries the text)
 _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
     "speech.started": ("speech.started", None),
+    "speech.held": ("speech.held", None),
     "transcript.partial": ("transcript.partial", "text"),
     "transcript.final": ("transcript.final", "text"),
     "response.text.delta": ("response.text.delta", "delta"),

@@ -506,3 +506,25 @@ def test_speech_over_the_turn_limit_gets_turn_too_long_and_1008(server, clips_di
     assert events[-1]["type"] == "error" and events[-1]["code"] == "turn_too_long", events
     assert close is not None and close.code == 1008
     assert still_there["code"] == "invalid_message"
+
+
+@pytest.mark.slow
+def test_a_pause_after_unfinished_words_is_held_and_the_client_told(server, clips_dir):
+    """cards/005 with 600 ms of silence after "eight of spades, four of": one turn, a
+    `speech.held` event for the pause, and the trace counts it (asr/turn_end.py)."""
+    from asr.config import ASRConfig
+    from asr.stream import load_asr
+    from pipeline.audio_io import Clip
+    from tests.asr.test_hold import pause_after_second_of
+
+    whisper = load_asr(ASRConfig(model="tiny.en")).whisper["tiny.en"]
+    audio, _ = pause_after_second_of(clips_dir, whisper)
+    clip = Clip((audio * 32767).astype("<i2"), 16_000, 1)
+    log, _audio = asyncio.run(_one_turn(server.port, clip, 16000))
+    types = _types(log)
+    assert types.count("speech.held") == 1 and types.count("transcript.final") == 1, types
+    assert types.index("speech.held") < types.index("transcript.final")
+    events = {entry["type"]: entry for entry in log if entry != "audio"}
+    assert "hearts" in _normalise(events["transcript.final"]["text"])
+    trace = events["trace"]
+    assert trace["end_holds"] == 1 and trace["asr_model"] == "base", trace
