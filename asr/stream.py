@@ -234,8 +234,8 @@ class ASRStream:
     def _on_start(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         # After a forced cut the audio before the cut belongs to the previous utterance.
         audio_start = event.sample if event.forced else max(event.sample - self._pad, 0)
-        alone, shared = self.config.whisper_models[0], self.config.whisper_models[-1]
-        model = shared if self._shared is not None and self._shared() else alone
+        names = self.config.whisper_models  # (alone, shared) for "auto"
+        model = names[-1] if self._shared is not None and self._shared() else names[0]
         utterance = _Utterance(self._next_id, audio_start, model)
         self._next_id += 1
         self._utterance = utterance

@@ -8,7 +8,7 @@ the pause ends in a word an English utterance cannot end on (an article, a conju
 a possessive, a filler) or in a mark Whisper writes for a trailing-off voice ("...",
 ",", "-"), the stream waits `unfinished_end_silence_ms` instead (asr/stream.py).
 
-What the rule looks at is what Whisper writes for speech cut short. Measured on the 16
+What the rule looks at is what Whisper writes for speech cut short. Measured on the 15
 real clips (every word boundary of every clip decoded alone by tiny.en, as at a pause;
 docs/asr.md, "Unfinished turns"): Whisper closes most complete utterances with a period
 and leaves most cut-off ones open, but not reliably in either direction ("Go forward,

@@ -1,7 +1,10 @@
 """Sizes of the fuzz and soak tests: short in CI, long under `make soak` (VOXRELAY_SOAK=1)."""
 
+import gc
 import os
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
+from contextlib import contextmanager, suppress
 
 import psutil
 
@@ -19,16 +22,41 @@ def open_fds(pid: int | str = "self") -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _fd_targets() -> dict[str, str]:
+    targets = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):  # closed while listing (the listing's own fd, for one)
+            targets[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return targets
+
+
 @contextmanager
-def bounded_resources(max_rss_growth_bytes: int | None = 64 << 20):
+def bounded_resources(
+    max_rss_growth_bytes: int | None = 64 << 20,
+    settle: Callable[[], None] | None = None,
+    settle_s: float = 3.0,
+):
     """The block leaves this process's fd count as it found it and grows its RSS by less
     than the bound (garbage-collected Python still holds some pages: not zero). None: fds
     only; under Hypothesis, whose record of every example tried grows with the count
-    (about 25 KiB per example of a dozen fields), RSS says little about the code."""
+    (about 25 KiB per example of a dozen fields), RSS says little about the code.
+
+    Closing is asynchronous (an event loop closes a transport on a later pass), so a leak
+    is an fd still open after `settle_s` of calling `settle` (e.g. run the test's loop
+    a little; default: sleep) and collecting garbage."""
     process = psutil.Process()
+    before = _fd_targets()
     fds, rss = open_fds(), process.memory_info().rss
     yield
-    assert open_fds() == fds, "file descriptors leaked"
+    deadline = time.monotonic() + settle_s
+    while open_fds() != fds and time.monotonic() < deadline:
+        gc.collect()
+        if settle is not None:
+            settle()
+        else:
+            time.sleep(0.05)
+    new = {fd: target for fd, target in _fd_targets().items() if before.get(fd) != target}
+    assert open_fds() == fds, f"file descriptors leaked: {new}"
     growth = process.memory_info().rss - rss
     if max_rss_growth_bytes is not None:
         assert growth < max_rss_growth_bytes, f"RSS grew by {growth / 2**20:.1f} MiB"

@@ -119,7 +119,7 @@ def test_sip_datagrams():
 
     try:
         address = loop.run_until_complete(server.start())
-        with bounded_resources(None):
+        with bounded_resources(None, settle=lambda: loop.run_until_complete(asyncio.sleep(0.05))):
             feed()
             # Every call a fuzzed INVITE opened times out (no ACK) and closes its media
             # socket; every transaction expires: nothing the fuzz began stays in memory.
@@ -192,7 +192,7 @@ def test_audiosocket_frames():
         return session_id, bytes(pipeline.audio[session_id])
 
     try:
-        with bounded_resources(None):
+        with bounded_resources(None, settle=lambda: loop.run_until_complete(asyncio.sleep(0.05))):
             feed()
             loop.run_until_complete(asyncio.sleep(0.2))
             assert not server.bridges, "a fuzzed call was left open"
