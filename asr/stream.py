@@ -17,9 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from faster_whisper import WhisperModel
-from faster_whisper.vad import SileroVADModel
-from threadpoolctl import threadpool_limits
 
 from asr.agreement import LocalAgreement
 from asr.audio import AudioConverter, AudioInput
@@ -38,49 +35,16 @@ from asr.events import (
     SpeculativeEnd,
     SpeechStart,
 )
-from asr.textdecoder import load_text_decoder
+from asr.models import ASRModels
 from asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
 from asr.turn_end import unfinished
-from asr.vad import WINDOW_SAMPLES, StreamingVAD, load_vad_model
+from asr.vad import WINDOW_SAMPLES, StreamingVAD
 
 WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
 # Audio kept while nobody speaks: the pre-speech pad plus the VAD's onset delay.
 SILENCE_HISTORY_SAMPLES = SAMPLE_RATE
 # Partials need some words to say anything; decoding the first syllable is wasted work.
 MIN_PARTIAL_SAMPLES = SAMPLE_RATE // 2
-
-
-@dataclass(frozen=True, slots=True)
-class ASRModels:
-    """What an ASR process loads once and all its streams share."""
-
-    whisper: dict[str, WhisperModel]  # by name: the config's one, or both for "auto"
-    vad: SileroVADModel
-
-
-def load_asr(config: ASRConfig) -> ASRModels:
-    """Load the config's Whisper model(s) and the Silero VAD once; share them across
-    ASRStreams.
-
-    Also limits numpy's BLAS to one thread in this process: the log-mel's matmul is small,
-    and OpenBLAS's second thread, once woken, busy-waits ~0.1 s on a core, which is the
-    whole encoder call that follows it (measured: the encoder then gets one core, 78 vs
-    102 ms a pause decode; docs/asr.md, "The encoder after an idle spell").
-    """
-    from pipeline.models import asset_path
-
-    threadpool_limits(limits=1, user_api="blas")
-    whisper: dict[str, WhisperModel] = {}
-    for name in config.whisper_models:
-        whisper[name] = WhisperModel(
-            str(asset_path(name)),
-            device="cpu",
-            compute_type=config.compute_type,
-            cpu_threads=config.cpu_threads,
-        )
-        if config.text_decoder == "native":
-            load_text_decoder(str(asset_path(name)))  # cached: streams share it
-    return ASRModels(whisper, load_vad_model())
 
 
 @dataclass(slots=True)

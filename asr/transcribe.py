@@ -13,7 +13,8 @@ from pathlib import Path
 
 from asr.config import ASRConfig
 from asr.events import ASREvent, Final
-from asr.stream import ASRModels, ASRStream, load_asr
+from asr.models import ASRModels, load_asr
+from asr.stream import ASRStream
 
 FRAME_MS = 20
 RAW_RATE = 16_000

@@ -26,7 +26,8 @@ from asr.events import (
     SpeculativeEnd,
     SpeechStart,
 )
-from asr.stream import ASRStream, load_asr
+from asr.models import load_asr
+from asr.stream import ASRStream
 from ipc.channel import Sender
 from ipc.records import (
     AUDIO_FORMAT,

@@ -27,7 +27,8 @@ import numpy as np
 
 from asr.config import ASRConfig
 from asr.events import ASREvent, Final, SpeculativeEnd
-from asr.stream import ASRModels, ASRStream, load_asr
+from asr.models import ASRModels, load_asr
+from asr.stream import ASRStream
 from asr.transcribe import transcribe_file
 from pipeline.models import asset_path
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence

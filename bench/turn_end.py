@@ -20,7 +20,8 @@ from faster_whisper import WhisperModel
 
 from asr.config import AUTO_MODELS, ASRConfig
 from asr.events import Final, Hold
-from asr.stream import ASRModels, ASRStream, load_asr
+from asr.models import ASRModels, load_asr
+from asr.stream import ASRStream
 from pipeline.models import asset_path
 from tests.asr.clipdata import SAMPLE_RATE, feed_frames, read_clip, silence, trim
 

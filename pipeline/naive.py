@@ -25,7 +25,7 @@ import torch
 from asr.audio import AudioConverter
 from asr.config import ASRConfig
 from asr.endpoint import Endpointer, EndpointKind
-from asr.stream import load_asr
+from asr.models import load_asr
 from asr.timeline import ArrivalClock
 from asr.vad import WINDOW_SAMPLES, StreamingVAD
 from ipc.records import Stamp

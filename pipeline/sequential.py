@@ -16,7 +16,8 @@ import numpy as np
 
 from asr.config import ASRConfig
 from asr.events import Final
-from asr.stream import ASRStream, load_asr
+from asr.models import load_asr
+from asr.stream import ASRStream
 from ipc.records import Stamp
 from llm.dialogue import Dialogue, llm_config
 from llm.engine import LLMEngine

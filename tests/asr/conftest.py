@@ -9,7 +9,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.vad import SileroVADModel
 
 from asr.config import ASRConfig
-from asr.stream import load_asr
+from asr.models import load_asr
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import torch
 
 from asr.config import ASRConfig
 from asr.decoder import WhisperDecoder
-from asr.stream import load_asr
+from asr.models import load_asr
 from asr.textdecoder import TextDecoder, _continuation, load_text_decoder, read_ct2_model
 from pipeline.models import asset_path
 from tests.asr.clipdata import read_clip, silence, trim

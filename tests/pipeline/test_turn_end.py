@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from asr.config import ASRConfig
-from asr.stream import load_asr
+from asr.models import load_asr
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.run import Pipeline

@@ -513,7 +513,7 @@ def test_a_pause_after_unfinished_words_is_held_and_the_client_told(server, clip
     """cards/005 with 600 ms of silence after "eight of spades, four of": one turn, a
     `speech.held` event for the pause, and the trace counts it (asr/turn_end.py)."""
     from asr.config import ASRConfig
-    from asr.stream import load_asr
+    from asr.models import load_asr
     from pipeline.audio_io import Clip
     from tests.asr.test_hold import pause_after_second_of
 

@@ -1,0 +1,47 @@
+"""What an ASR process loads once and all its streams share: the Whisper model(s) and
+the Silero VAD."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from faster_whisper import WhisperModel
+from faster_whisper.vad import SileroVADModel
+from threadpoolctl import threadpool_limits
+
+from asr.config import ASRConfig
+from asr.textdecoder import load_text_decoder
+from asr.vad import load_vad_model
+
+
+@dataclass(frozen=True, slots=True)
+class ASRModels:
+    """What an ASR process loads once and all its streams share."""
+
+    whisper: dict[str, WhisperModel]  # by name: the config's one, or both for "auto"
+    vad: SileroVADModel
+
+
+def load_asr(config: ASRConfig) -> ASRModels:
+    """Load the config's Whisper model(s) and the Silero VAD once; share them across
+    ASRStreams.
+
+    Also limits numpy's BLAS to one thread in this process: the log-mel's matmul is small,
+    and OpenBLAS's second thread, once woken, busy-waits ~0.1 s on a core, which is the
+    whole encoder call that follows it (measured: the encoder then gets one core, 78 vs
+    102 ms a pause decode; docs/asr.md, "The encoder after an idle spell").
+    """
+    from pipeline.models import asset_path
+
+    threadpool_limits(limits=1, user_api="blas")
+    whisper: dict[str, WhisperModel] = {}
+    for name in config.whisper_models:
+        whisper[name] = WhisperModel(
+            str(asset_path(name)),
+            device="cpu",
+            compute_type=config.compute_type,
+            cpu_threads=config.cpu_threads,
+        )
+        if config.text_decoder == "native":
+            load_text_decoder(str(asset_path(name)))  # cached: streams share it
+    return ASRModels(whisper, load_vad_model())
