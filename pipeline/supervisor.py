@@ -128,6 +128,16 @@ class Supervisor:
                 )
             await asyncio.sleep(0.02)
 
+    def drain_events(self) -> None:
+        """Deliver what every stage has already written to its events ring.
+
+        A stage writes a turn's stamps (the reply's text, say) before the records they go
+        with leave it on the data path, but the supervisor reads its rings in any order:
+        who takes a data record as the last word on a session (END_OF_INPUT) calls this
+        first, or a stamp written before it could still be waiting in its ring."""
+        for stage in self._stages.values():
+            self._drain(stage.name, stage.events)
+
     def _drain(self, stage_name: str, consumer: Consumer) -> None:
         # A stage that writes garbage (a bug, memory corruption) must not take the
         # supervisor down: a record that does not parse is dropped and counted; a ring
