@@ -92,8 +92,9 @@ class NaivePipeline:
         self.voice = PiperVoice.load(voice_dir / "voice.onnx")
         self._pad = self.asr_config.speech_pad_ms * SAMPLE_RATE // 1000
         self._sessions = 0
-        _, llm_model, tts_voice = PipelineConfig(tts=tts or {}).model_names()
-        self._models = (self.asr_config.model, llm_model, tts_voice)
+        self._models = PipelineConfig(
+            asr={"model": self.asr_config.model}, tts=tts or {}
+        ).model_names()
 
     def run_clip(
         self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0

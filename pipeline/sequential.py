@@ -53,8 +53,9 @@ class SequentialPipeline:
         self._request_ids = 0
         self._sessions = 0
         # Named in every trace as the streaming pipeline names them.
-        _, llm_model, tts_voice = PipelineConfig(llm=llm or {}, tts=tts or {}).model_names()
-        self._models = (self.asr_config.model, llm_model, tts_voice)
+        self._models = PipelineConfig(
+            asr={"model": self.asr_config.model}, llm=llm or {}, tts=tts or {}
+        ).model_names()
 
     def run_clip(
         self, clip: Clip, realtime: bool = True, trailing_silence_s: float = 1.0
