@@ -1,11 +1,14 @@
-"""Clip helpers for the ASR tests: reading, ground-truth speech spans, frame feeding."""
+"""Clip helpers for the ASR tests: reading, ground-truth speech spans, frame feeding,
+events by type, and a real clip with a pause put in mid-sentence."""
 
 from __future__ import annotations
 
+import re
 import wave
 from pathlib import Path
 
 import numpy as np
+from faster_whisper import WhisperModel
 
 from asr.events import ASREvent
 from asr.stream import ASRStream
@@ -69,3 +72,32 @@ def feed_frames(
 def sample_ns(sample: int) -> int:
     """Arrival time of 16 kHz sample `sample` under feed_frames' synthetic clock."""
     return T0_NS + sample * 1_000_000_000 // SAMPLE_RATE
+
+
+def words(text: str) -> str:
+    return re.sub(r"[^\w\s]", "", text.lower()).strip()
+
+
+def of_type(events: list, kind: type) -> list:
+    return [e for _, e in events if isinstance(e, kind)]
+
+
+PAUSE_S = 0.6
+
+
+def pause_after_second_of(clips: Path, model: WhisperModel) -> tuple[np.ndarray, int]:
+    """cards/005 (16 kHz float32) with PAUSE_S of silence after its second "of", and the
+    sample where the pause starts. The cut is the quietest 20 ms within 100 ms of where
+    Whisper puts the word's end (tiny.en's word times are only that good)."""
+    cards = trim(read_clip(clips / "cards" / "005.wav"))
+    segments, _ = model.transcribe(cards, language="en", word_timestamps=True)
+    spoken = [word for segment in segments for word in segment.words]
+    second_of = [i for i, w in enumerate(spoken) if words(w.word) == "of"][1]
+    near = int(spoken[second_of].end * SAMPLE_RATE) - SAMPLE_RATE // 10
+    frame = SAMPLE_RATE // 50
+    energy = [
+        float(np.mean(cards[at : at + frame] ** 2))
+        for at in range(near, near + 10 * frame, frame // 2)
+    ]
+    cut = near + frame // 2 * int(np.argmin(energy)) + frame // 2
+    return np.concatenate([cards[:cut], silence(PAUSE_S), cards[cut:]]), cut

@@ -8,35 +8,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faster_whisper import WhisperModel
 
 from asr.config import ASRConfig
 from asr.events import Final, Hold, Resume, SpeculativeEnd
 from asr.stream import ASRStream
-from tests.asr.clipdata import SAMPLE_RATE, feed_frames, read_clip, sample_ns, silence, trim
-from tests.asr.test_stream import of_type, words
+from tests.asr.clipdata import (
+    PAUSE_S,
+    SAMPLE_RATE,
+    feed_frames,
+    of_type,
+    pause_after_second_of,
+    read_clip,
+    sample_ns,
+    silence,
+    trim,
+    words,
+)
 
 HOLDING = ASRConfig(model="tiny.en", partial_interval_ms=0)
 FIXED = ASRConfig(model="tiny.en", partial_interval_ms=0, unfinished_end_silence_ms=0)
-PAUSE_S = 0.6
-
-
-def pause_after_second_of(clips: Path, model: WhisperModel) -> tuple[np.ndarray, int]:
-    """cards/005 (16 kHz float32) with PAUSE_S of silence after its second "of", and the
-    sample where the pause starts. The cut is the quietest 20 ms within 100 ms of where
-    Whisper puts the word's end (tiny.en's word times are only that good)."""
-    cards = trim(read_clip(clips / "cards" / "005.wav"))
-    segments, _ = model.transcribe(cards, language="en", word_timestamps=True)
-    spoken = [word for segment in segments for word in segment.words]
-    second_of = [i for i, w in enumerate(spoken) if words(w.word) == "of"][1]
-    near = int(spoken[second_of].end * SAMPLE_RATE) - SAMPLE_RATE // 10
-    frame = SAMPLE_RATE // 50
-    energy = [
-        float(np.mean(cards[at : at + frame] ** 2))
-        for at in range(near, near + 10 * frame, frame // 2)
-    ]
-    cut = near + frame // 2 * int(np.argmin(energy)) + frame // 2
-    return np.concatenate([cards[:cut], silence(PAUSE_S), cards[cut:]]), cut
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -15,24 +14,18 @@ from asr.stream import ASRStream
 from tests.asr.clipdata import (
     SAMPLE_RATE,
     feed_frames,
+    of_type,
     read_clip,
     sample_ns,
     silence,
     trim,
     voiced_span,
+    words,
 )
 
 # Partials off unless a test is about them: each decode costs CPU the tests share.
 QUIET = ASRConfig(model="tiny.en", partial_interval_ms=0)
 MS = 1_000_000
-
-
-def words(text: str) -> str:
-    return re.sub(r"[^\w\s]", "", text.lower()).strip()
-
-
-def of_type(events: list, kind: type) -> list:
-    return [e for _, e in events if isinstance(e, kind)]
 
 
 def test_clip_gives_start_then_final_with_accurate_speech_end(clips: Path, models) -> None:

@@ -13,7 +13,7 @@ from asr.models import load_asr
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.run import Pipeline
-from tests.asr.test_hold import pause_after_second_of
+from tests.asr.clipdata import pause_after_second_of
 
 
 @pytest.mark.slow

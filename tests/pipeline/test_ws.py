@@ -515,7 +515,7 @@ def test_a_pause_after_unfinished_words_is_held_and_the_client_told(server, clip
     from asr.config import ASRConfig
     from asr.models import load_asr
     from pipeline.audio_io import Clip
-    from tests.asr.test_hold import pause_after_second_of
+    from tests.asr.clipdata import pause_after_second_of
 
     whisper = load_asr(ASRConfig(model="tiny.en")).whisper["tiny.en"]
     audio, _ = pause_after_second_of(clips_dir, whisper)
