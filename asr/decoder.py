@@ -115,6 +115,8 @@ class WhisperDecoder:
         self._model = model
         self._beam_size = config.beam_size
         self._spread_threads = config.spread_threads
+        # Each model's CTranslate2 runtime has its own threads ("auto" loads two).
+        self._encoder_pool = f"encoder {config.model}"
         self._min_frames = int(config.encoder_context_s * SAMPLE_RATE / HOP_SAMPLES)
         self._tokenizer = Tokenizer(
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
@@ -169,7 +171,7 @@ class WhisperDecoder:
         if self._text_decoder is not None:
             return self._run_native(features, max_tokens, draft)
         encoded = PLACEMENT.observe(
-            "encoder", lambda: self._model.model.encode(features, to_cpu=False)
+            self._encoder_pool, lambda: self._model.model.encode(features, to_cpu=False)
         )
         result = self._model.model.generate(
             encoded,
@@ -190,7 +192,7 @@ class WhisperDecoder:
         assert self._text_decoder is not None
         text_decoder = self._text_decoder
         encoded = PLACEMENT.observe(
-            "encoder", lambda: self._model.model.encode(features, to_cpu=True)
+            self._encoder_pool, lambda: self._model.model.encode(features, to_cpu=True)
         )
         hidden = torch.from_numpy(np.array(encoded)[0])  # (frames / 2, d), a copy
         result = PLACEMENT.observe(

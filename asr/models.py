@@ -3,13 +3,15 @@ the Silero VAD."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 from faster_whisper import WhisperModel
 from faster_whisper.vad import SileroVADModel
 from threadpoolctl import threadpool_limits
 
 from asr.config import ASRConfig
+from asr.decoder import SAMPLE_RATE, WhisperDecoder
 from asr.textdecoder import load_text_decoder
 from asr.vad import load_vad_model
 
@@ -45,3 +47,14 @@ def load_asr(config: ASRConfig) -> ASRModels:
         if config.text_decoder == "native":
             load_text_decoder(str(asset_path(name)))  # cached: streams share it
     return ASRModels(whisper, load_vad_model())
+
+
+def warm_up(models: ASRModels, config: ASRConfig) -> None:
+    """One decode per Whisper model (half a second of faint noise) before the process says
+    it is ready. Each model's runtime starts its threads on its first decode, and "auto"
+    first decodes with tiny.en only once two sessions share the process: that would be
+    in a user's turn, with threads asr/threads.py never learned to pin apart. After this
+    the process's threads are fixed."""
+    noise = np.random.default_rng(0).normal(0, 1e-3, SAMPLE_RATE // 2).astype(np.float32)
+    for name, model in models.whisper.items():
+        WhisperDecoder(model, replace(config, model=name)).decode(noise)

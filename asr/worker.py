@@ -26,7 +26,7 @@ from asr.events import (
     SpeculativeEnd,
     SpeechStart,
 )
-from asr.models import load_asr
+from asr.models import load_asr, warm_up
 from asr.stream import ASRStream
 from ipc.channel import Sender
 from ipc.records import (
@@ -48,6 +48,7 @@ class ASRHandler(TableHandler):
     def __init__(self, config: dict[str, Any], out: Sender, events: Events) -> None:
         self.config = ASRConfig(**config)
         self.models = load_asr(self.config)
+        warm_up(self.models, self.config)
         # One budget for every session's partial decodes (asr/budget.py).
         self.budget = DecodeBudget(self.config.partial_cpu_share)
         self.out = out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -28,7 +31,7 @@ def test_a_decode_learns_its_pools_and_pins_them_apart(clips: Path, models) -> N
     assert "forward" in decoder.decode(_clip(clips)).text.lower()
     pools = PLACEMENT.pools
     # CTranslate2 at cpu_threads=2: its own thread and one OpenMP worker; PyTorch: a worker.
-    assert len(pools["encoder"]) == 2 and len(pools["text decoder"]) >= 1, pools
+    assert len(pools["encoder tiny.en"]) == 2 and len(pools["text decoder"]) >= 1, pools
     python_threads = {thread.native_id for thread in threading.enumerate()}
     ours = {int(tid) for tid in os.listdir("/proc/self/task")}
     for threads in pools.values():
@@ -58,3 +61,47 @@ def test_without_proc_it_only_runs_the_work() -> None:
     assert placement.observe("encoder", lambda: 42) == 42
     placement.spread()
     assert placement.pools == {}
+
+
+# A fresh process, as the ASR stage is: pytest's own has decoded with both models already.
+_WARMED = """
+import json, os
+import numpy as np
+from asr.config import ASRConfig
+from asr.decoder import WhisperDecoder
+from asr.models import load_asr, warm_up
+from asr.threads import PLACEMENT
+tasks = lambda: len(os.listdir("/proc/self/task"))
+config = ASRConfig(model="auto")
+models = load_asr(config)
+loaded = tasks()
+warm_up(models, config)
+warmed = tasks()
+audio = np.load(os.environ["CLIP"])
+texts = {}
+for name in ("tiny.en", "base", "tiny.en"):
+    decoder = WhisperDecoder(models.whisper[name], ASRConfig(model=name))
+    texts[name] = decoder.decode(audio).text
+print(json.dumps({"loaded": loaded, "warmed": warmed, "after": tasks(),
+                  "pools": PLACEMENT.pools, "texts": texts}))
+"""
+
+
+def test_warm_up_starts_every_models_threads_before_a_turn(clips: Path, tmp_path: Path) -> None:
+    """ "auto" loads base and tiny.en; each CTranslate2 model starts its own thread on its
+    first decode. After warm_up (the ASR stage runs it before it is ready) decoding with
+    either model starts no thread, and each model's encoder threads are a pool of their own
+    to pin apart."""
+    clip = tmp_path / "clip.npy"
+    np.save(clip, _clip(clips))
+    env = {**os.environ, "CLIP": str(clip), "OMP_WAIT_POLICY": "PASSIVE"}
+    done = subprocess.run(
+        [sys.executable, "-c", _WARMED], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["warmed"] > report["loaded"]  # the runtimes' threads came up in warm_up
+    assert report["after"] == report["warmed"], report
+    assert len(report["pools"]["encoder base"]) == 2, report["pools"]
+    assert len(report["pools"]["encoder tiny.en"]) == 2, report["pools"]
+    assert all("forward" in text.lower() for text in report["texts"].values()), report
