@@ -16,9 +16,11 @@ and leaves most cut-off ones open, but not reliably in either direction ("Go for
 strongest words (articles, conjunctions, possessives, fillers: "a.", "and." are never
 the end), and the weaker ones (prepositions, pronouns, auxiliaries: "look at", "yes I
 do" can end a turn) hold only an open transcript, and never a question. Particles that
-close phrasal verbs ("turn it on", "sign me up", "log in") are not in the lists. The
-cost of a wrong hold is one slow reply; the cost of a missed one is the status quo.
-English only, as the bundled Whisper models are.
+close phrasal verbs ("turn it on", "sign me up", "log in") are not in the lists. An
+open transcript of OPEN_WORDS words or more holds whatever its last word: the whole
+turns Whisper leaves open are short answers (a card, a number), the longer ones it
+closes. The cost of a wrong hold is one slow reply; the cost of a missed one is the
+status quo. English only, as the bundled Whisper models are.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ _RARELY_LAST = _words(
 # Marks Whisper writes where the voice trails off, not where a sentence ends.
 _TRAILING = ("...", "…", ",", ";", ":", "-", "—")
 _CLOSING = (".", "?", "!")
+# Whisper closes a sentence it heard end; the whole turns it leaves open are short
+# answers ("7 of Club", "33 4 692", "4 Queen of Clothes"). Open at this many words, the
+# transcript is of a sentence cut off.
+OPEN_WORDS = 5
 _WORD = re.compile(r"[A-Za-z0-9']+")
 
 
@@ -62,4 +68,6 @@ def unfinished(text: str) -> bool:
     last = words[-1].lower()
     if last in _NEVER_LAST:
         return True
-    return last in _RARELY_LAST and not text.endswith(_CLOSING)
+    if text.endswith(_CLOSING):
+        return False
+    return last in _RARELY_LAST or len(words) >= OPEN_WORDS

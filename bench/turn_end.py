@@ -19,7 +19,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 
 from asr.config import AUTO_MODELS, ASRConfig
-from asr.events import Final, Hold
+from asr.events import Final
 from asr.models import ASRModels, load_asr
 from asr.stream import ASRStream
 from pipeline.models import asset_path
@@ -53,10 +53,15 @@ def _boundaries(aligner: WhisperModel, audio: np.ndarray) -> list[int]:
     return [_quietest_near(audio, int(word.end * SAMPLE_RATE)) for word in words[:-1]]
 
 
-def _turns(config: ASRConfig, models: ASRModels, audio: np.ndarray) -> tuple[int, int]:
-    """(Finals, Holds) of one pass of `audio` and a trailing second of silence."""
-    events = [e for _, e in feed_frames(ASRStream(config, models), audio)]
-    return sum(isinstance(e, Final) for e in events), sum(isinstance(e, Hold) for e in events)
+def _turns(config: ASRConfig, models: ASRModels, audio: np.ndarray) -> tuple[int, bool]:
+    """(Finals, whether the last one was held) of one pass of `audio` and a trailing second
+    of silence. Held: it came nearer the held end of turn than the usual one after the
+    speech ended (a hold at a pause inside a clip, which is right, does not count)."""
+    events = feed_frames(ASRStream(config, models), audio)
+    finals = [(at, e) for at, e in events if isinstance(e, Final)]
+    at, last = finals[-1]
+    late_ms = (config.end_silence_ms + config.unfinished_end_silence_ms) / 2
+    return len(finals), (at - last.speech_end_ns) / 1e6 > late_ms
 
 
 def run() -> dict[str, float]:
@@ -74,7 +79,7 @@ def run() -> dict[str, float]:
         whole_held = 0
         for clip, cuts in zip(clips, boundaries, strict=True):
             tail = silence(1.0)
-            whole_held += _turns(holding, models, np.concatenate([clip, tail]))[1] > 0
+            whole_held += _turns(holding, models, np.concatenate([clip, tail]))[1]
             # Some clips are two utterances already (cards/005); a cut adds a Final.
             finals_whole = _turns(fixed, models, np.concatenate([clip, tail]))[0]
             for at in cuts:

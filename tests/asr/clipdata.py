@@ -85,19 +85,28 @@ def of_type(events: list, kind: type) -> list:
 PAUSE_S = 0.6
 
 
-def pause_after_second_of(clips: Path, model: WhisperModel) -> tuple[np.ndarray, int]:
-    """cards/005 (16 kHz float32) with PAUSE_S of silence after its second "of", and the
-    sample where the pause starts. The cut is the quietest 20 ms within 100 ms of where
-    Whisper puts the word's end (tiny.en's word times are only that good)."""
-    cards = trim(read_clip(clips / "cards" / "005.wav"))
-    segments, _ = model.transcribe(cards, language="en", word_timestamps=True)
-    spoken = [word for segment in segments for word in segment.words]
-    second_of = [i for i, w in enumerate(spoken) if words(w.word) == "of"][1]
-    near = int(spoken[second_of].end * SAMPLE_RATE) - SAMPLE_RATE // 10
+def pause_after(
+    clips: Path, name: str, model: WhisperModel, word: str, nth: int = 0
+) -> tuple[np.ndarray, int]:
+    """Clip `name` (16 kHz float32, trimmed) with PAUSE_S of silence after the `nth`
+    `word` Whisper hears in it, and the sample where the pause starts. The cut is the
+    quietest 20 ms within 100 ms of where Whisper puts the word's end (tiny.en's word
+    times are only that good)."""
+    clip = trim(read_clip(clips / name))
+    segments, _ = model.transcribe(clip, language="en", word_timestamps=True)
+    spoken = [w for segment in segments for w in segment.words]
+    at = [i for i, w in enumerate(spoken) if words(w.word) == word][nth]
+    near = int(spoken[at].end * SAMPLE_RATE) - SAMPLE_RATE // 10
     frame = SAMPLE_RATE // 50
     energy = [
-        float(np.mean(cards[at : at + frame] ** 2))
-        for at in range(near, near + 10 * frame, frame // 2)
+        float(np.mean(clip[start : start + frame] ** 2))
+        for start in range(near, near + 10 * frame, frame // 2)
     ]
     cut = near + frame // 2 * int(np.argmin(energy)) + frame // 2
-    return np.concatenate([cards[:cut], silence(PAUSE_S), cards[cut:]]), cut
+    return np.concatenate([clip[:cut], silence(PAUSE_S), clip[cut:]]), cut
+
+
+def pause_after_second_of(clips: Path, model: WhisperModel) -> tuple[np.ndarray, int]:
+    """cards/005 ("eight of spades, four of hearts, seven of clubs") with a pause after
+    "four of"."""
+    return pause_after(clips, "cards/005.wav", model, "of", 1)

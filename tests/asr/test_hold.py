@@ -17,6 +17,7 @@ from tests.asr.clipdata import (
     SAMPLE_RATE,
     feed_frames,
     of_type,
+    pause_after,
     pause_after_second_of,
     read_clip,
     sample_ns,
@@ -67,3 +68,18 @@ def test_pause_after_a_whole_turn_is_not_held(clips: Path, models) -> None:
     events = feed_frames(ASRStream(HOLDING, models), audio)
     assert len(of_type(events, Final)) == 2
     assert of_type(events, Hold) == []
+
+
+def test_pause_in_a_long_open_sentence_is_held(clips: Path, models) -> None:
+    """ "And Mr. John Dashwood had then leisure to consider ... how much there might be
+    prudently in his power to do for them": the words before the pause end on a verb no
+    list names, but nine words without a closing mark are a sentence Whisper did not hear
+    end (asr/turn_end.py, OPEN_WORDS)."""
+    audio, _ = pause_after(clips, "librivox/0870.wav", models.whisper["tiny.en"], "consider")
+    audio = np.concatenate([audio, silence(1.5)])
+    held = feed_frames(ASRStream(HOLDING, models), audio)
+    finals = [words(f.text) for f in of_type(held, Final)]
+    assert len(finals) == 1 and finals[0].endswith("for them"), finals
+    assert len(of_type(held, Hold)) == 1
+    fixed = [words(f.text) for f in of_type(feed_frames(ASRStream(FIXED, models), audio), Final)]
+    assert len(fixed) == 2 and fixed[0].endswith("consider") and "them" in fixed[1], fixed

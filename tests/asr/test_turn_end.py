@@ -19,6 +19,11 @@ from asr.turn_end import unfinished
         "I'd like to order a.",  # a period does not make an article the last word
         "I want it, but.",
         "Can you book me a table for, um",
+        # Open and long: whatever the last word, Whisper did not hear the sentence end.
+        "He was not an ill-disposed",
+        "feels like these days go on",
+        "and Mr. John Dashwood had then leisure to consider",
+        "8 of spades 4 of close 7",
     ],
 )
 def test_words_that_stop_mid_sentence_hold(text: str) -> None:
@@ -41,6 +46,10 @@ def test_words_that_stop_mid_sentence_hold(text: str) -> None:
         "I think so.",
         "Turn it on",  # a particle, not a preposition
         "Go somewhere in",  # ... which also means a cut-off "in" is not held
+        "Feels like these days go on forever.",  # long, but closed
+        "10 of cloves",  # open, but short: base's transcripts of whole cards
+        "4 Queen of Clothes",
+        "33 4 692",  # tiny.en's, of numbers.raw
         "",
         "   ",
     ],
