@@ -35,7 +35,8 @@ def _words(text: str) -> frozenset[str]:
 # Never the last word of a finished English utterance, whatever mark follows.
 _NEVER_LAST = _words(
     "a an the and but or nor because unless although though whereas if "
-    "my your our their whose um uh er erm ah"
+    "my your our their whose um uh er erm ah "
+    "mr mrs ms dr"  # a title before a name; its period is not a sentence's
 )
 # Rarely the last word, but "what are you looking at", "yes I do", "we could" happen:
 # these hold only when Whisper left the transcript open (no closing mark at all).

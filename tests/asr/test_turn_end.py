@@ -19,6 +19,7 @@ from asr.turn_end import unfinished
         "I'd like to order a.",  # a period does not make an article the last word
         "I want it, but.",
         "Can you book me a table for, um",
+        "and Mr.",  # base, librivox/0870 cut after "Mister"
         # Open and long: whatever the last word, Whisper did not hear the sentence end.
         "He was not an ill-disposed",
         "feels like these days go on",
