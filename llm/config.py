@@ -83,8 +83,13 @@ class LLMConfig:
     yield_core_after_tokens: int = 4
     num_threads: int | None = None
     max_new_tokens: int = 60
+    # The LLM stage ends a reply where sentence max_sentences + 1 would begin
+    # (llm/sentences.py; the engine itself has no such limit); 0 = off.
+    max_sentences: int = 2
     temperature: float = 0.0
     top_k: int = 0
+    # No token that repeats an n-gram of the reply so far (llm/repeats.py); 0 = off.
+    no_repeat_ngram: int = 6
     seed: int = 0
     max_context_tokens: int = 2048
     max_num_seqs: int = 8
@@ -126,6 +131,12 @@ class LLMConfig:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = no top-k), got {self.top_k}")
+        if self.max_sentences < 0:
+            raise ValueError(f"max_sentences must be >= 0 (0 = no limit), got {self.max_sentences}")
+        if self.no_repeat_ngram == 1 or not 0 <= self.no_repeat_ngram <= 64:
+            raise ValueError(
+                f"no_repeat_ngram must be 0 (off) or in 2..64, got {self.no_repeat_ngram}"
+            )
         if self.kv_block_size < 1 or self.kv_block_size & (self.kv_block_size - 1):
             raise ValueError(f"kv_block_size must be a power of two, got {self.kv_block_size}")
         if self.max_context_tokens <= self.max_new_tokens:

@@ -107,6 +107,7 @@ class LLMEngine:
             config.temperature,
             config.top_k,
             config.seed,
+            config.no_repeat_ngram,
         )
         if self.state.cuda_graphs:
             self.runner.enable_cuda_graphs(config.max_context_tokens, config.max_num_seqs)

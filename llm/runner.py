@@ -6,7 +6,9 @@ import torch
 
 from llm.cuda_graphs import GraphDecoder, sample_on_device
 from llm.model import LlamaModel
+from llm.repeats import banned_tokens
 from llm.scheduler import ScheduledBatch
+from llm.sequence import Sequence
 
 
 class ModelRunner:
@@ -24,6 +26,7 @@ class ModelRunner:
         temperature: float,
         top_k: int,
         seed: int,
+        no_repeat_ngram: int = 0,
     ) -> None:
         hp = model.hparams
         self.model = model
@@ -35,6 +38,7 @@ class ModelRunner:
         self.v_cache = torch.zeros(shape, dtype=model.dtype, device=model.device)
         self.temperature = temperature
         self.top_k = top_k
+        self.no_repeat_ngram = no_repeat_ngram
         self.generator = torch.Generator(device=model.device).manual_seed(seed)
         self._block_offsets = torch.arange(block_size, device=model.device)
         self.graphs: GraphDecoder | None = None  # decode from CUDA graphs when set
@@ -65,7 +69,9 @@ class ModelRunner:
         if self.graphs is not None and not batch.is_prefill:
             # An open prompt with one new token rides in a decode batch: its K/V is
             # written, but nothing is sampled for it.
-            sampled_ids = self.graphs.decode(seqs, self._sample_on_device)
+            sampled_ids = self.graphs.decode(
+                seqs, lambda logits: self._sample_on_device(self._ban_repeats(logits, seqs))
+            )
             return [
                 token if seq.samples_after == 1 else None
                 for seq, token in zip(seqs, sampled_ids, strict=True)
@@ -112,11 +118,29 @@ class ModelRunner:
             self.k_cache,
             self.v_cache,
         )
-        sampled = iter(self._sample(logits))
+        sampling = [
+            seq for seq, count in zip(seqs, counts, strict=True) if count == seq.samples_after
+        ]
+        sampled = iter(self._sample(self._ban_repeats(logits, sampling)))
         return [
             next(sampled) if count == seq.samples_after else None
             for seq, count in zip(seqs, counts, strict=True)
         ]
+
+    def _ban_repeats(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Row i of `logits` with the tokens that would repeat an n-gram of sequence i's
+        reply at -inf (llm/repeats.py; n = no_repeat_ngram, 0 = off)."""
+        rows: list[int] = []
+        ids: list[int] = []
+        for row, seq in enumerate(seqs):
+            banned = banned_tokens(seq.token_ids[seq.num_prompt_tokens :], self.no_repeat_ngram)
+            rows += [row] * len(banned)
+            ids += banned
+        if not rows:
+            return logits
+        logits = logits.clone()
+        logits[rows, ids] = float("-inf")
+        return logits
 
     def _sample_on_device(self, logits: torch.Tensor) -> torch.Tensor:
         return sample_on_device(logits, self.temperature, self.top_k, self.generator)

@@ -52,6 +52,7 @@ from ipc.records import (
 from llm.backend import REPLY_HEADER, create_backend
 from llm.core_yield import CoreYield
 from llm.dialogue import Dialogue, llm_config
+from llm.sentences import SentenceLimit
 from pipeline.worker import Events, TableHandler
 
 
@@ -75,6 +76,7 @@ class _Reply:
     parts: list[str] = field(default_factory=list)
     committed: bool = True  # False while started from a SPECULATIVE_END, until FINAL
     finish_reason: str = ""  # set when generation ended, maybe before the commit
+    limit: SentenceLimit = field(default_factory=lambda: SentenceLimit(0))
 
 
 log = logging.getLogger("voxrelay.llm")
@@ -210,6 +212,7 @@ class LLMHandler(TableHandler):
         prompt = dialogue.prompt_text(self.backend, self.config, text)
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
         reply.committed = committed
+        reply.limit = SentenceLimit(self.config.max_sentences)
         self.events.stamp(record.session_id, record.turn_id, Stamp.LLM_START)
         if log.isEnabledFor(logging.DEBUG):
             history = json.dumps(dialogue.messages())
@@ -287,19 +290,24 @@ class LLMHandler(TableHandler):
                 early = max(reply.early_tokens, output.num_cached_tokens)
                 self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_PREFILL,
                                   reply.prompt_tokens, text=str(early))  # fmt: skip
-            reply.parts.append(output.text)
-            self.out.send(
-                RecordKind.TOKEN,
-                TOKEN_ID.pack(output.token_id),
-                output.text.encode(),
-                session_id=reply.session_id,
-                turn_id=reply.turn_id,
-                origin_ns=reply.origin_ns,
-            )
-            # Live reply text for the client, after the token is on its way to TTS.
-            self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=output.text)
+            text, enough = reply.limit.admit(output.text)
+            if text or not enough:
+                reply.parts.append(text)
+                self.out.send(
+                    RecordKind.TOKEN,
+                    TOKEN_ID.pack(output.token_id),
+                    text.encode(),
+                    session_id=reply.session_id,
+                    turn_id=reply.turn_id,
+                    origin_ns=reply.origin_ns,
+                )
+                # Live reply text for the client, after the token is on its way to TTS.
+                self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=text)
             if output.finished:
                 self._finish(output.request_id, reply, str(output.finish_reason))
+            elif enough:
+                self.backend.abort(output.request_id)  # its KV stays in the prefix cache
+                self._finish(output.request_id, reply, "sentences")
         return self.backend.has_pending_work()
 
     def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:

@@ -31,6 +31,8 @@ from asr.vad import WINDOW_SAMPLES, StreamingVAD
 from ipc.records import Stamp
 from llm.dialogue import Dialogue, llm_config
 from llm.gguf_loader import GGUFFile, read_tokenizer_data
+from llm.repeats import banned_tokens
+from llm.sentences import within
 from llm.tokenizer import ChatTokenizer
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
@@ -40,6 +42,35 @@ from pipeline.sequential import SequentialPipeline, whole_reply_out
 from pipeline.trace import TurnTrace
 
 SAMPLE_RATE = 16_000
+
+
+class _NoRepeats:
+    """The engine's ban on repeated n-grams of the reply (llm/repeats.py) as a
+    transformers logits processor, so both chains say the same replies."""
+
+    def __init__(self, prompt_tokens: int, n: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n = n
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        banned = banned_tokens(input_ids[0, self.prompt_tokens :].tolist(), self.n)
+        if banned:
+            scores[0, banned] = float("-inf")
+        return scores
+
+
+class _EnoughSentences:
+    """transformers stopping criterion: the reply went past the LLM stage's sentence
+    limit (llm/sentences.py)."""
+
+    def __init__(self, tokenizer: ChatTokenizer, prompt_tokens: int, max_sentences: int) -> None:
+        self.tokenizer = tokenizer
+        self.prompt_tokens = prompt_tokens
+        self.max_sentences = max_sentences
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
+        reply = self.tokenizer.decode(input_ids[0, self.prompt_tokens :].tolist())
+        return torch.tensor([within(reply, self.max_sentences)[1]])
 
 
 def load_hf_model() -> torch.nn.Module:
@@ -154,13 +185,18 @@ class NaivePipeline:
             out = self.model.generate(
                 torch.tensor([ids]),
                 max_new_tokens=self.llm_config.max_new_tokens,
+                logits_processor=[_NoRepeats(len(ids), self.llm_config.no_repeat_ngram)],
+                stopping_criteria=[
+                    _EnoughSentences(self.tokenizer, len(ids), self.llm_config.max_sentences)
+                ],
                 do_sample=False,
                 eos_token_id=eos,
                 pad_token_id=eos,
             )
         reply_ids = [t for t in out[0, len(ids) :].tolist() if t != eos]
         trace.mark(Stamp.LLM_DONE, time.perf_counter_ns())
-        trace.reply_text = self.tokenizer.decode(reply_ids).strip()
+        reply, _ = within(self.tokenizer.decode(reply_ids), self.llm_config.max_sentences)
+        trace.reply_text = reply.strip()
         dialogue.exchanges.append((text, trace.reply_text))
         chunks = [c.audio_int16_array for c in self.voice.synthesize(trace.reply_text)]
         audio.append(whole_reply_out(trace, chunks, self.voice.config.sample_rate))

@@ -22,6 +22,7 @@ from ipc.records import Stamp
 from llm.dialogue import Dialogue, llm_config
 from llm.engine import LLMEngine
 from llm.native_backend import NativeBackend
+from llm.sentences import SentenceLimit
 from pipeline.audio_io import Clip
 from pipeline.config import PipelineConfig
 from pipeline.models import asset_path
@@ -96,14 +97,15 @@ class SequentialPipeline:
         trace.prefill_tokens = len(ids)
         self._request_ids += 1
         self.engine.add_request(self._request_ids, ids)
-        parts: list[str] = []
+        limit = SentenceLimit(self.llm_config.max_sentences)  # as the LLM stage stops
         while self.engine.has_unfinished():
             for output in self.engine.step():
-                if not parts:
+                if Stamp.LLM_FIRST_TOKEN not in trace.stamps:
                     trace.mark(Stamp.LLM_FIRST_TOKEN, time.perf_counter_ns())
-                parts.append(output.text)
+                if limit.admit(output.text)[1]:
+                    self.engine.abort(self._request_ids)
         trace.mark(Stamp.LLM_DONE, time.perf_counter_ns())
-        trace.reply_text = "".join(parts).strip()
+        trace.reply_text = limit.text.strip()
         dialogue.exchanges.append((final.text, trace.reply_text))
         chunks = [c.pcm for c in self.voice.synthesize(trace.reply_text, final=True)]
         audio.append(whole_reply_out(trace, chunks, self.voice.sample_rate))

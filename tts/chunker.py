@@ -35,7 +35,7 @@ def _word_count(text: str) -> int:
     return sum(1 for token in text.split() if any(ch.isalnum() for ch in token))
 
 
-def _is_abbreviation_dot(text: str, dot: int) -> bool:
+def is_abbreviation_dot(text: str, dot: int) -> bool:
     """True when the "." at text[dot] ends an abbreviation, an initial or a list marker."""
     start = max(text.rfind(" ", 0, dot), text.rfind("\n", 0, dot)) + 1
     token = text[start : dot + 1].lstrip("\"'([“‘").lower()
@@ -125,7 +125,7 @@ class Chunker:
                     # Only a spaced hyphen is a dash; "well-known" and "-5" are words.
                     confirmed = confirmed and index > 0 and text[index - 1].isspace()
                 if ch == "." and confirmed:
-                    confirmed = not _is_abbreviation_dot(text, index)
+                    confirmed = not is_abbreviation_dot(text, index)
                 if confirmed:
                     boundaries.append(end)
             index = end
