@@ -17,9 +17,9 @@ strongest words (articles, conjunctions, possessives, fillers: "a.", "and." are 
 the end), and the weaker ones (prepositions, pronouns, auxiliaries: "look at", "yes I
 do" can end a turn) hold only an open transcript, and never a question. Particles that
 close phrasal verbs ("turn it on", "sign me up", "log in") are not in the lists. An
-open transcript of OPEN_WORDS words or more holds whatever its last word: the whole
-turns Whisper leaves open are short answers (a card, a number), the longer ones it
-closes. The cost of a wrong hold is one slow reply; the cost of a missed one is the
+open transcript of OPEN_WORDS words or more, with no digit, holds whatever its last
+word: the whole turns Whisper leaves open are short answers and lists of numbers or
+cards, the longer sentences it closes. The cost of a wrong hold is one slow reply; the cost of a missed one is the
 status quo. English only, as the bundled Whisper models are.
 """
 
@@ -50,9 +50,11 @@ _RARELY_LAST = _words(
 _TRAILING = ("...", "…", ",", ";", ":", "-", "—")
 _CLOSING = (".", "?", "!")
 # Whisper closes a sentence it heard end; the whole turns it leaves open are short
-# answers ("7 of Club", "33 4 692", "4 Queen of Clothes"). Open at this many words, the
-# transcript is of a sentence cut off.
+# answers ("7 of Club", "4 Queen of Clothes") and lists of numbers ("8 of spades 4 of
+# close 7 of hearts", "33 4 692"), however long. Open at this many words and without a
+# digit, the transcript is of a sentence cut off.
 OPEN_WORDS = 5
+_DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z0-9']+")
 
 
@@ -71,4 +73,4 @@ def unfinished(text: str) -> bool:
         return True
     if text.endswith(_CLOSING):
         return False
-    return last in _RARELY_LAST or len(words) >= OPEN_WORDS
+    return last in _RARELY_LAST or (len(words) >= OPEN_WORDS and not _DIGIT.search(text))

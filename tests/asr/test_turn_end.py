@@ -24,7 +24,6 @@ from asr.turn_end import unfinished
         "He was not an ill-disposed",
         "feels like these days go on",
         "and Mr. John Dashwood had then leisure to consider",
-        "8 of spades 4 of close 7",
     ],
 )
 def test_words_that_stop_mid_sentence_hold(text: str) -> None:
@@ -51,6 +50,8 @@ def test_words_that_stop_mid_sentence_hold(text: str) -> None:
         "10 of cloves",  # open, but short: base's transcripts of whole cards
         "4 Queen of Clothes",
         "33 4 692",  # tiny.en's, of numbers.raw
+        # Long, but a list with digits: base's whole turn of cards/005 with a pause put in.
+        "8 of spades 4 of close, 7 of hearts",
         "",
         "   ",
     ],
