@@ -19,8 +19,8 @@ do" can end a turn) hold only an open transcript, and never a question. Particle
 close phrasal verbs ("turn it on", "sign me up", "log in") are not in the lists. An
 open transcript of OPEN_WORDS words or more, with no digit, holds whatever its last
 word: the whole turns Whisper leaves open are short answers and lists of numbers or
-cards, the longer sentences it closes. The cost of a wrong hold is one slow reply; the cost of a missed one is the
-status quo. English only, as the bundled Whisper models are.
+cards, the longer sentences it closes. The cost of a wrong hold is one slow reply; the
+cost of a missed one is the status quo. English only, as the bundled Whisper models are.
 """
 
 from __future__ import annotations

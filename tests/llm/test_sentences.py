@@ -3,15 +3,13 @@ stage with the real model."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from ipc.records import FINAL_INFO, TOKEN_ID, RecordKind
+from ipc.records import FINAL_INFO, RecordKind
 from llm.sentences import SentenceLimit, sentence_starts, within
-from llm.worker import LLMHandler
-from tests.llm.test_worker_backends import FakeEvents, FakeSender, record
+from tests.llm.stage import record, stage_reply
 
 
 def test_sentence_starts_skip_abbreviations_decimals_and_keep_closers() -> None:
@@ -44,24 +42,10 @@ def test_the_limit_stops_at_the_token_that_begins_a_sentence_too_many() -> None:
 
 
 def _stage_reply(model_path: Path, max_sentences: int) -> tuple[str, str]:
-    """(reply text sent to TTS, REPLY_END reason) of one committed turn."""
-    out = FakeSender()
     settings = {"model_path": str(model_path), "device": "cpu", "num_threads": 2,
                 "max_sentences": max_sentences}  # fmt: skip
-    handler = LLMHandler(settings, out, FakeEvents())  # type: ignore[arg-type]
-    try:
-        handler.handle(record(RecordKind.FINAL, FINAL_INFO.pack(5.0) + b"Please transfer me to "
-                              b"a human agent."))  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not any(kind == RecordKind.REPLY_END for kind, _ in out.records):
-            assert time.monotonic() < deadline, "no REPLY_END"
-            handler.step()
-        assert not handler.backend.has_pending_work()  # the request was aborted, not left
-    finally:
-        handler.backend.close()
-    text = "".join(p[TOKEN_ID.size :].decode() for k, p in out.records if k == RecordKind.TOKEN)
-    reason = next(p.decode() for k, p in out.records if k == RecordKind.REPLY_END)
-    return text, reason
+    final = FINAL_INFO.pack(5.0) + b"Please transfer me to a human agent."
+    return stage_reply(settings, [record(RecordKind.FINAL, final)])
 
 
 @pytest.mark.slow

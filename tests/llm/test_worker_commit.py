@@ -12,7 +12,7 @@ import pytest
 
 from ipc.records import FINAL_INFO, Record, RecordKind
 from llm.worker import LLMHandler
-from tests.llm.test_worker_backends import FakeSender
+from tests.llm.stage import FakeSender
 
 
 class CommitEvents:

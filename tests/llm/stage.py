@@ -1,0 +1,54 @@
+"""The LLM stage's handler driven in this process: fake rings, real engine."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ipc.records import TOKEN_ID, Record, RecordKind
+from llm.worker import LLMHandler
+
+
+class FakeSender:
+    def __init__(self) -> None:
+        self.records: list[tuple[RecordKind, bytes]] = []
+
+    def send(self, kind: RecordKind, *parts: bytes, **_: Any) -> bool:
+        self.records.append((kind, b"".join(parts)))
+        return True
+
+
+class FakeEvents:
+    def stamp(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def commit(self, *args: Any) -> None:
+        pass
+
+    def error(self, *args: Any) -> None:
+        raise AssertionError(f"stage error: {args}")
+
+
+def record(kind: RecordKind, payload: bytes) -> Record:
+    return Record(kind, 0, 1, 1, 0, 0, payload)
+
+
+def stage_reply(settings: dict[str, Any], turn: list[Record]) -> tuple[str, str]:
+    """(reply text sent to TTS, REPLY_END reason) of the LLM stage fed `turn`, a step
+    after each record; the stage has no request left when the reply ended."""
+    out = FakeSender()
+    handler = LLMHandler(settings, out, FakeEvents())  # type: ignore[arg-type]
+    try:
+        for each in turn:
+            handler.handle(each)
+            handler.step()
+        deadline = time.monotonic() + 60
+        while not any(kind == RecordKind.REPLY_END for kind, _ in out.records):
+            assert time.monotonic() < deadline, "no REPLY_END"
+            handler.step()
+        assert not handler.backend.has_pending_work()
+    finally:
+        handler.backend.close()
+    text = "".join(p[TOKEN_ID.size :].decode() for k, p in out.records if k == RecordKind.TOKEN)
+    reason = next(p.decode() for k, p in out.records if k == RecordKind.REPLY_END)
+    return text, reason
