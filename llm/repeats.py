@@ -6,7 +6,7 @@ to `max_new_tokens`. Before each sampling step, every token that would complete 
 n-gram the reply already holds is banned. Only the reply counts, not the prompt: an
 answer may quote the user. n = 6 changed 2 of 38 greedy replies in a one-off run (both
 loops); n = 4 changed 10, n = 3 17, rewording ordinary phrases ("assist you." ->
-"assist."): docs/llm.md, "Repeats".
+"assist."): docs/llm.md, "What a reply says".
 """
 
 from __future__ import annotations

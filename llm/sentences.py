@@ -2,7 +2,7 @@
 
 The system prompt asks for one or two short spoken sentences; SmolLM2-135M often runs
 on to `max_new_tokens` (60 tokens, ~20 s of speech) and then stops mid-sentence: 5 of
-38 greedy replies in a one-off run (docs/llm.md, "Reply length"). The LLM stage ends
+38 greedy replies in a one-off run (docs/llm.md, "What a reply says"). The LLM stage ends
 the reply where the next sentence would begin: that token is not sent, and the request
 is aborted (its KV stays in the prefix cache). A boundary is the TTS chunker's: a
 sentence mark that is not an abbreviation's dot ("Mr.", "e.g."), then whitespace, then
