@@ -83,13 +83,21 @@ class ThreadPlacement:
         here = self._getcpu()
         start = cpus.index(here) + 1 if here in cpus else 0
         order = cpus[start:] + cpus[:start]  # the caller's CPU last
+        # A thread can be in two pools (an OpenMP worker both Whisper models' encoders
+        # use, "auto"): it keeps the CPU its first pool gave it, and each later pool's
+        # other threads go round the CPUs it does not take.
+        placed: dict[int, int] = {}
         for threads in self._pools.values():
-            for index, tid in enumerate(threads):
+            taken = {placed[tid] for tid in threads if tid in placed}
+            free = [cpu for cpu in order if cpu not in taken] or order
+            for index, tid in enumerate([tid for tid in threads if tid not in placed]):
+                cpu = free[index % len(free)]
                 try:
-                    os.sched_setaffinity(tid, {order[index % len(order)]})
+                    os.sched_setaffinity(tid, {cpu})
                 except (ProcessLookupError, PermissionError, OSError):
                     threads.remove(tid)  # gone: the runtime ended or replaced it
                     break
+                placed[tid] = cpu
 
 
 PLACEMENT = ThreadPlacement()

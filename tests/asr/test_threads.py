@@ -105,3 +105,24 @@ def test_warm_up_starts_every_models_threads_before_a_turn(clips: Path, tmp_path
     assert len(report["pools"]["encoder base"]) == 2, report["pools"]
     assert len(report["pools"]["encoder tiny.en"]) == 2, report["pools"]
     assert all("forward" in text.lower() for text in report["texts"].values()), report
+
+
+def test_a_thread_in_two_pools_leaves_each_pool_spread() -> None:
+    """An OpenMP worker both models' encoders use is in both pools; whatever order the
+    pools list it in, each pool's threads end up on different CPUs."""
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    try:
+        first, shared, last = (worker.native_id for worker in workers)
+        placement = ThreadPlacement()
+        placement._pools = {"encoder base": [first, shared], "encoder tiny.en": [shared, last]}
+        placement.spread()
+        for pool in placement.pools.values():
+            cpus = [os.sched_getaffinity(tid) for tid in pool]
+            assert all(len(one) == 1 for one in cpus) and cpus[0] != cpus[1], cpus
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
