@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tts.chunker import is_abbreviation_dot
+from tts.chunker import CLOSERS, SENTENCE_MARKS, is_abbreviation_dot
 
 # A run of sentence marks, closing quotes or brackets, whitespace, then the start of
-# the next sentence.
-_BOUNDARY = re.compile(r"[.?!…]+[\"')\]”’»]*\s+(?=\S)")
+# the next sentence (the chunker's marks and closers).
+_BOUNDARY = re.compile(f"[{re.escape(SENTENCE_MARKS)}]+[{re.escape(CLOSERS)}]*\\s+(?=\\S)")
 
 
 def sentence_starts(text: str) -> list[int]:

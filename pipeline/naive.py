@@ -5,8 +5,8 @@ Silero VAD and end-of-turn rule as the pipeline (so the endpoint wait is the sam
 faster-whisper's `transcribe()` on the utterance (its defaults: a 30 s window, beam
 search of 5), HF transformers' `generate()` on the same GGUF for the whole reply (with
 the pipeline's reply rules, no repeated 6-gram and two sentences, so it says the same
-reply), and Piper's `synthesize()` of the whole reply; the first sample leaves when all of it is
-done. `make bench` measures the streaming pipeline against it and against `--mode
+reply), and Piper's `synthesize()` of the whole reply; the first sample leaves when all
+of it is done. `make bench` measures the streaming pipeline against it and against `--mode
 sequential` (the pipeline's own engines, no streaming) in one run: the first ratio is
 what the whole of voxrelay saves, the second what streaming alone saves.
 """

@@ -20,11 +20,11 @@ from tts.config import TTSConfig
 from tts.text import ABBREVIATIONS
 
 _CLAUSE_MARKS = ",;:"
-_SENTENCE_MARKS = ".?!…"
+SENTENCE_MARKS = ".?!…"
 _DASHES = "—–"
 # Closing characters that belong to the fragment they follow: 'He said "no."' cuts
 # after the quote, not between the period and the quote.
-_CLOSERS = "\"')]”’»"
+CLOSERS = "\"')]”’»"
 _INITIALS = re.compile(r"^(?:[a-z]\.)+$")
 _LIST_MARKER = re.compile(r"^\d+\.$")
 _TERMINAL = ".,;:!?…"
@@ -83,7 +83,7 @@ class Chunker:
             at_line_break = self._pending[cut - 1] == "\n"
             fragment, self._pending = self._pending[:cut].strip(), self._pending[cut:]
             # A line break is heard as a sentence end (headings, list items).
-            if at_line_break and fragment and fragment[-1] not in _TERMINAL + _CLOSERS:
+            if at_line_break and fragment and fragment[-1] not in _TERMINAL + CLOSERS:
                 fragment += "."
             if fragment:
                 fragments.append(fragment)
@@ -116,9 +116,9 @@ class Chunker:
             end = index + 1
             if ch == "\n" or ch in _DASHES:
                 boundaries.append(end)
-            elif ch in _CLAUSE_MARKS or ch in _SENTENCE_MARKS or ch == "-":
+            elif ch in _CLAUSE_MARKS or ch in SENTENCE_MARKS or ch == "-":
                 # Absorb "?!", "..." and closing quotes into one boundary.
-                while end < len(text) and (text[end] in _SENTENCE_MARKS or text[end] in _CLOSERS):
+                while end < len(text) and (text[end] in SENTENCE_MARKS or text[end] in CLOSERS):
                     end += 1
                 confirmed = text[end].isspace() if end < len(text) else at_end
                 if ch == "-":
