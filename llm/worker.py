@@ -78,6 +78,10 @@ class _Reply:
     finish_reason: str = ""  # set when generation ended, maybe before the commit
     limit: SentenceLimit = field(default_factory=lambda: SentenceLimit(0))
 
+    @property
+    def text(self) -> str:
+        return "".join(self.parts).strip()
+
 
 log = logging.getLogger("voxrelay.llm")
 
@@ -182,6 +186,8 @@ class LLMHandler(TableHandler):
 
     def _commit(self, request_id: int, reply: _Reply) -> None:
         reply.committed = True
+        if reply.finish_reason:  # generation ended while speculative: it counts only now
+            self._stamp_done(reply)
         if self.retracted_turn.get(reply.session_id) == reply.turn_id:
             self.out.send(
                 RecordKind.COMMIT,
@@ -191,7 +197,7 @@ class LLMHandler(TableHandler):
             )
         else:
             self.events.commit(reply.session_id, reply.turn_id, reply.origin_ns)
-        if reply.finish_reason:  # generation ended while speculative: it counts only now
+        if reply.finish_reason:
             self._settle(request_id, reply)
 
     def _on_final(self, record: Record) -> None:
@@ -313,6 +319,8 @@ class LLMHandler(TableHandler):
     def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
         # TTS may finish the audio now; the sink holds it while the reply is speculative.
         reply.finish_reason = reason
+        if reply.committed:
+            self._stamp_done(reply)
         self.out.send(
             RecordKind.REPLY_END,
             reason.encode(),
@@ -323,14 +331,19 @@ class LLMHandler(TableHandler):
         if reply.committed:
             self._settle(request_id, reply)
 
+    def _stamp_done(self, reply: _Reply) -> None:
+        """The stamps of a committed reply that has ended, written before the record that
+        lets its turn end on the data path (REPLY_END, or the COMMIT that releases a
+        reply TTS already finished): the supervisor reads the events rings before it
+        delivers such a record (pipeline.supervisor.LAST_WORDS)."""
+        self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
+        self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=reply.text)
+
     def _settle(self, request_id: int, reply: _Reply) -> None:
         """A committed reply that has ended: into the history; pending END_OF_INPUT out."""
         del self.replies[request_id]
-        text = "".join(reply.parts).strip()
-        self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
-        self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=text)
         dialogue = self._dialogue(reply.session_id)
-        dialogue.add(reply.turn_id, reply.user_text, text)
+        dialogue.add(reply.turn_id, reply.user_text, reply.text)
         if reply.session_id in self.pending_end and not any(
             r.session_id == reply.session_id for r in self.replies.values()
         ):

@@ -93,9 +93,7 @@ class Pipeline:
 
     def _on_record(self, stage: str, record: Record) -> None:
         if record.kind == RecordKind.END_OF_INPUT:
-            # The LLM stamped the last reply's text before it sent this marker on; seen
-            # once as a row without its reply_text when the events ring was read later.
-            self.supervisor.drain_events()
+            # The supervisor has delivered the events written before it (LAST_WORDS).
             session = self.router.sessions.get(record.session_id)
             if session is not None:
                 session.flush()  # every turn of the input is complete: write their rows

@@ -34,6 +34,10 @@ STAGES = ("asr", "llm", "tts")
 # Consecutive watchdog checks that must find a stage's heartbeat stale before it is killed.
 STALE_CHECKS_TO_KILL = 2
 RecordCallback = Callable[[str, Record], None]
+# Records on the audio ring that end something a session writes down (a turn's row, a
+# reply held until its commit, the session): the stamps that go with them come on the
+# events rings, written before these left their stage, so those rings are read first.
+LAST_WORDS = frozenset({RecordKind.AUDIO_END, RecordKind.COMMIT, RecordKind.END_OF_INPUT})
 
 
 class StageFailed(RuntimeError):
@@ -133,8 +137,9 @@ class Supervisor:
 
         A stage writes a turn's stamps (the reply's text, say) before the records they go
         with leave it on the data path, but the supervisor reads its rings in any order:
-        who takes a data record as the last word on a session (END_OF_INPUT) calls this
-        first, or a stamp written before it could still be waiting in its ring."""
+        a record of `LAST_WORDS` from the audio ring is delivered after this, or a stamp
+        written before it could still be waiting in its ring (seen: a row without its
+        reply_text, the COMMIT after a retraction having released the turn's AUDIO_END)."""
         for stage in self._stages.values():
             self._drain(stage.name, stage.events)
 
@@ -153,6 +158,8 @@ class Supervisor:
                 continue
             if record is None:
                 return
+            if consumer is self.audio_out and record.kind in LAST_WORDS:
+                self.drain_events()
             try:
                 self._on_record(stage_name, record)
             except (ValueError, struct.error) as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ipc.records import FINAL_INFO, Record, RecordKind
+from ipc.records import FINAL_INFO, Record, RecordKind, Stamp
 from llm.worker import LLMHandler
 from tests.llm.stage import FakeSender
 
@@ -77,3 +77,61 @@ def test_commit_skips_the_data_path_only_when_nothing_was_retracted(
     # The next turn of the same session is clean again.
     data = _turn(handler, 4, (spec, "Thanks."), (final, "Thanks."))
     assert events.commits == [(1, 1), (1, 4)] and RecordKind.COMMIT not in data, data
+
+
+class Log:
+    """The stage's data path and events ring as one sequence, in the order written."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+
+    def send(self, kind: RecordKind, *parts: bytes, **_: Any) -> bool:
+        self.entries.append(kind.name)
+        return True
+
+    def stamp(self, session_id: int, turn_id: int, point: Stamp, *_: Any, **__: Any) -> None:
+        self.entries.append(point.name)
+
+    def commit(self, *args: Any) -> None:
+        self.entries.append("events COMMIT")
+
+    def error(self, *args: Any) -> None:
+        raise AssertionError(f"stage error: {args}")
+
+
+def test_reply_text_is_written_before_the_record_that_ends_the_turn(model_path: Path) -> None:
+    """The supervisor reads the events rings before an AUDIO_END or COMMIT from the audio
+    ring (pipeline.supervisor.LAST_WORDS); that holds the reply's text only if the LLM
+    wrote it before the record that lets the turn end left on the data path. Seen in CI:
+    a reply that ended while speculative, committed after a retraction, lost its text."""
+    settings = {"model_path": str(model_path), "device": "cpu", "num_threads": 2,
+                "max_new_tokens": 4}  # fmt: skip
+    log = Log()
+    handler = LLMHandler(settings, log, log)  # type: ignore[arg-type]
+    try:
+
+        def feed(turn: int, kind: RecordKind, text: str) -> None:
+            info = FINAL_INFO.pack(5.0) if kind == RecordKind.FINAL else b""
+            handler.handle(Record(kind, 0, 1, turn, 0, 0, info + text.encode()))
+
+        def settle() -> None:
+            while handler.step():
+                pass
+
+        # After a retraction, the second attempt ends before the final transcript.
+        feed(1, RecordKind.SPECULATIVE_END, "Tell me")
+        feed(1, RecordKind.RESUME, "")
+        feed(1, RecordKind.SPECULATIVE_END, "Tell me a joke.")
+        settle()
+        assert "REPLY_END" in log.entries and "REPLY_TEXT" not in log.entries, log.entries
+        feed(1, RecordKind.FINAL, "Tell me a joke.")
+        settle()
+        assert log.entries.index("REPLY_TEXT") < log.entries.index("COMMIT"), log.entries
+
+        # A committed reply: its text before its REPLY_END.
+        log.entries.clear()
+        feed(2, RecordKind.FINAL, "Hello there.")
+        settle()
+        assert log.entries.index("REPLY_TEXT") < log.entries.index("REPLY_END"), log.entries
+    finally:
+        handler.backend.close()
