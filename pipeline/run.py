@@ -171,6 +171,10 @@ class Pipeline:
         self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id)
         session = self.router.sessions.get(session_id)
         if session is not None:
+            # What was heard is mapped to words by the TTS's FRAGMENT stamps, which come
+            # on its events ring and may not all have been read yet. (The cut is decided
+            # on the ASR's events: that ring is not the one drained here.)
+            self.supervisor.drain_events(("tts",))
             # Behind NEW_TURN on the same ring: the LLM has aborted the reply by then.
             for cut_turn, heard in session.new_turn(turn_id, time.perf_counter_ns()):
                 self.supervisor.control(

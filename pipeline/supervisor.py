@@ -132,8 +132,8 @@ class Supervisor:
                 )
             await asyncio.sleep(0.02)
 
-    def drain_events(self) -> None:
-        """Deliver what every stage has already written to its events ring.
+    def drain_events(self, stages: tuple[str, ...] = STAGES) -> None:
+        """Deliver what every stage (of `stages`) has already written to its events ring.
 
         A stage writes a turn's stamps (the reply's text, say) before the records they go
         with leave it on the data path, but the supervisor reads its rings in any order:
@@ -141,7 +141,8 @@ class Supervisor:
         written before it could still be waiting in its ring (seen: a row without its
         reply_text, the COMMIT after a retraction having released the turn's AUDIO_END)."""
         for stage in self._stages.values():
-            self._drain(stage.name, stage.events)
+            if stage.name in stages:
+                self._drain(stage.name, stage.events)
 
     def _drain(self, stage_name: str, consumer: Consumer) -> None:
         # A stage that writes garbage (a bug, memory corruption) must not take the

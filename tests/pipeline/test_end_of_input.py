@@ -1,7 +1,8 @@
 """A record that ends a turn or a session on the audio ring (AUDIO_END, COMMIT,
 END_OF_INPUT) reaches the session after whatever the stages wrote to their events rings
 before it (the reply's text, stamps). The rings are read in any order, so without this a
-row could lose its reply_text."""
+row could lose its reply_text. A barge-in, decided on the ASR's events, reads the TTS's
+before it maps the audio played to the words heard."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ from types import SimpleNamespace
 import pytest
 
 from ipc.channel import ChannelSpec, make_channel, open_receiver, open_sender
-from ipc.records import STAMP_BODY, Record, RecordKind, Stamp
+from ipc.records import (
+    AUDIO_FORMAT,
+    STAMP_BODY,
+    ControlOp,
+    Record,
+    RecordKind,
+    SampleFormat,
+    Stamp,
+)
 from pipeline.config import PipelineConfig
+from pipeline.run import Pipeline
 from pipeline.supervisor import LAST_WORDS, Supervisor
+from tests.pipeline.pipeline_thread import NullSink
 
 
 def test_drain_events_delivers_what_a_stage_already_wrote() -> None:
@@ -56,3 +67,39 @@ def test_a_last_word_on_the_audio_ring_comes_after_the_events_written_before_it(
     assert seen == ["AUDIO_OUT", "STAMP", last_word.name]
     for channel in (tts, llm, events):
         channel.close()
+
+
+def test_a_barge_in_reads_the_tts_fragments_before_it_maps_what_was_heard() -> None:
+    """What the user heard of a cut reply is mapped to words by the TTS's FRAGMENT stamps
+    (pipeline/heard.py); the cut is decided on the ASR's events, so stamps the TTS wrote
+    before it may still wait in its ring. Without reading them the LLM would keep "…"
+    (nothing heard) for a reply that played for 0.3 s."""
+    pipeline = Pipeline(PipelineConfig())
+    session = pipeline.router.open(NullSink())
+    spec = ChannelSpec.parse(make_channel("shm", 1 << 16).encode())
+    events, tts = open_receiver(spec), open_sender(spec)
+    pipeline.supervisor._stages["tts"] = SimpleNamespace(name="tts", events=events)  # type: ignore[assignment]
+    heard: list[bytes] = []
+
+    def control(op: ControlOp, *_: object, text: bytes = b"", **__: object) -> None:
+        if op == ControlOp.HEARD:
+            heard.append(text)
+
+    pipeline.supervisor.control = control  # type: ignore[method-assign]
+
+    def deliver(kind: RecordKind, payload: bytes = b"") -> None:
+        record = Record(kind, 0, session.session_id, 0, time.perf_counter_ns(), 0, payload)
+        pipeline._on_record("llm", record)
+
+    deliver(RecordKind.STAMP, STAMP_BODY.pack(Stamp.TRANSCRIPT, 0) + b"Say hello.")
+    deliver(RecordKind.COMMIT)
+    audio = AUDIO_FORMAT.pack(22050, 1, SampleFormat.PCM16) + bytes(2 * 22050)
+    deliver(RecordKind.AUDIO_OUT, audio)  # one second of reply audio, playing from now
+    text = b"Hello there, my good friend."
+    fragment = STAMP_BODY.pack(Stamp.FRAGMENT, 22050)
+    tts.send(RecordKind.STAMP, fragment, text, session_id=session.session_id)
+    time.sleep(0.3)
+    pipeline.new_turn(session.session_id, 1)
+    assert len(heard) == 1 and heard[0].startswith(b"Hello") and heard[0].endswith("…".encode())
+    tts.close()
+    events.close()
