@@ -18,10 +18,6 @@ def examples(short: int, long: int = 10_000) -> int:
     return long if SOAK else short
 
 
-def open_fds(pid: int | str = "self") -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def _fd_targets() -> dict[str, str]:
     targets = {}
     for fd in os.listdir("/proc/self/fd"):
