@@ -11,7 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from ipc.channel import ChannelSpec, make_channel, open_receiver, open_sender
+from ipc.channel import (
+    ChannelSpec,
+    Receiver,
+    Sender,
+    make_channel,
+    open_receiver,
+    open_sender,
+)
 from ipc.records import (
     AUDIO_FORMAT,
     STAMP_BODY,
@@ -27,6 +34,15 @@ from pipeline.supervisor import LAST_WORDS, Supervisor
 from tests.pipeline.pipeline_thread import NullSink
 
 
+def _events_ring(supervisor: Supervisor, stage: str) -> tuple[Sender, Receiver]:
+    """A stand-in for `stage`'s events ring: what the test sends on the first, the
+    supervisor reads from the second."""
+    spec = ChannelSpec.parse(make_channel("shm", 1 << 16).encode())
+    sender, events = open_sender(spec), open_receiver(spec)
+    supervisor._stages[stage] = SimpleNamespace(name=stage, events=events)  # type: ignore[assignment]
+    return sender, events
+
+
 def test_drain_events_delivers_what_a_stage_already_wrote() -> None:
     seen: list[tuple[str, Stamp, bytes]] = []
 
@@ -35,9 +51,7 @@ def test_drain_events_delivers_what_a_stage_already_wrote() -> None:
         seen.append((stage, Stamp(point), record.payload[STAMP_BODY.size :]))
 
     supervisor = Supervisor(PipelineConfig(), on_record)
-    spec = ChannelSpec.parse(make_channel("shm", 1 << 16).encode())
-    events, llm = open_receiver(spec), open_sender(spec)
-    supervisor._stages["llm"] = SimpleNamespace(name="llm", events=events)  # type: ignore[assignment]
+    llm, events = _events_ring(supervisor, "llm")
     llm.send(RecordKind.STAMP, STAMP_BODY.pack(Stamp.REPLY_TEXT, 0), b"hello", session_id=1)
     deadline = time.monotonic() + 2
     while not seen and time.monotonic() < deadline:
@@ -56,9 +70,7 @@ def test_a_last_word_on_the_audio_ring_comes_after_the_events_written_before_it(
     the stages had written to their events rings, though the audio ring is read first."""
     seen: list[str] = []
     supervisor = Supervisor(PipelineConfig(), lambda stage, record: seen.append(record.kind.name))
-    spec = ChannelSpec.parse(make_channel("shm", 1 << 16).encode())
-    events, llm = open_receiver(spec), open_sender(spec)
-    supervisor._stages["llm"] = SimpleNamespace(name="llm", events=events)  # type: ignore[assignment]
+    llm, events = _events_ring(supervisor, "llm")
     tts = open_sender(ChannelSpec.parse(supervisor._links["tts"][1].encode()))
     tts.send(RecordKind.AUDIO_OUT, b"\0\0", session_id=1)
     llm.send(RecordKind.STAMP, STAMP_BODY.pack(Stamp.REPLY_TEXT, 0), b"hello", session_id=1)
@@ -76,9 +88,7 @@ def test_a_barge_in_reads_the_tts_fragments_before_it_maps_what_was_heard() -> N
     (nothing heard) for a reply that played for 0.3 s."""
     pipeline = Pipeline(PipelineConfig())
     session = pipeline.router.open(NullSink())
-    spec = ChannelSpec.parse(make_channel("shm", 1 << 16).encode())
-    events, tts = open_receiver(spec), open_sender(spec)
-    pipeline.supervisor._stages["tts"] = SimpleNamespace(name="tts", events=events)  # type: ignore[assignment]
+    tts, events = _events_ring(pipeline.supervisor, "tts")
     heard: list[bytes] = []
 
     def control(op: ControlOp, *_: object, text: bytes = b"", **__: object) -> None:
