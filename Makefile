@@ -51,7 +51,7 @@ demo: models
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy ipc pipeline
+	$(VENV)/bin/mypy voxrelay/ipc voxrelay/pipeline
 
 # A wall-clock cap on the whole run: a hang outside any one test (pytest-timeout covers
 # those), e.g. at interpreter exit, fails here in minutes instead of running out CI's clock.

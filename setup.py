@@ -1,6 +1,6 @@
 """The one C extension; everything else about the package is in pyproject.toml.
 
-`llm._kernels` (llm/csrc/): the native LLM engine's CPU kernels for small forwards,
+`voxrelay.llm._kernels` (llm/csrc/): the native LLM engine's CPU kernels for small forwards,
 matmuls on GGUF's quantized blocks and attention over the paged KV cache
 (llm/kernels.py, docs/llm.md). Optional: without a C compiler (or one without OpenMP)
 the install still succeeds and the engine runs on torch ops and bfloat16 weights.
@@ -11,7 +11,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "llm._kernels",
+            "voxrelay.llm._kernels",
             sources=[
                 "llm/csrc/module.c",
                 "llm/csrc/blocks.c",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asr.resample import OUT_RATE, StreamingResampler
+from voxrelay.asr.resample import OUT_RATE, StreamingResampler
 
 TARGET_RATE = OUT_RATE
 SUPPORTED_RATES = (8000, 16000, 22050, 24000, 44100, 48000)

@@ -26,9 +26,9 @@ import torch
 from faster_whisper import WhisperModel
 from faster_whisper.tokenizer import Tokenizer
 
-from asr.config import ASRConfig
-from asr.textdecoder import TextDecoder, load_text_decoder
-from asr.threads import PLACEMENT
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.textdecoder import TextDecoder, load_text_decoder
+from voxrelay.asr.threads import PLACEMENT
 
 SAMPLE_RATE = 16_000
 HOP_SAMPLES = 160  # one mel frame per 10 ms
@@ -124,7 +124,7 @@ class WhisperDecoder:
         self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
         self._text_decoder: TextDecoder | None = None
         if config.text_decoder == "native":
-            from pipeline.models import asset_path
+            from voxrelay.pipeline.models import asset_path
 
             self._text_decoder = load_text_decoder(str(asset_path(config.model)))
 

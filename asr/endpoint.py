@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from asr.config import ASRConfig
-from asr.vad import WINDOW_SAMPLES
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.vad import WINDOW_SAMPLES
 
 WINDOW_MS = WINDOW_SAMPLES * 1000 / 16_000  # 32 ms
 # Silero's own hysteresis: once speaking, only a clearly lower score counts as silence,

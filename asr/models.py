@@ -10,10 +10,10 @@ from faster_whisper import WhisperModel
 from faster_whisper.vad import SileroVADModel
 from threadpoolctl import threadpool_limits
 
-from asr.config import ASRConfig
-from asr.decoder import SAMPLE_RATE, WhisperDecoder
-from asr.textdecoder import load_text_decoder
-from asr.vad import load_vad_model
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.decoder import SAMPLE_RATE, WhisperDecoder
+from voxrelay.asr.textdecoder import load_text_decoder
+from voxrelay.asr.vad import load_vad_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ def load_asr(config: ASRConfig) -> ASRModels:
     whole encoder call that follows it (measured: the encoder then gets one core, 78 vs
     102 ms a pause decode; docs/asr.md, "The encoder after an idle spell").
     """
-    from pipeline.models import asset_path
+    from voxrelay.pipeline.models import asset_path
 
     threadpool_limits(limits=1, user_api="blas")
     whisper: dict[str, WhisperModel] = {}

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from asr.agreement import LocalAgreement
-from asr.audio import AudioConverter, AudioInput
-from asr.budget import DecodeBudget
-from asr.config import ASRConfig
-from asr.decoder import Transcript, WhisperDecoder
-from asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
-from asr.events import (
+from voxrelay.asr.agreement import LocalAgreement
+from voxrelay.asr.audio import AudioConverter, AudioInput
+from voxrelay.asr.budget import DecodeBudget
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.decoder import Transcript, WhisperDecoder
+from voxrelay.asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
+from voxrelay.asr.events import (
     ASREvent,
     Discard,
     Final,
@@ -35,10 +35,10 @@ from asr.events import (
     SpeculativeEnd,
     SpeechStart,
 )
-from asr.models import ASRModels
-from asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
-from asr.turn_end import unfinished
-from asr.vad import WINDOW_SAMPLES, StreamingVAD
+from voxrelay.asr.models import ASRModels
+from voxrelay.asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
+from voxrelay.asr.turn_end import unfinished
+from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
 WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
 # Audio kept while nobody speaks: the pre-speech pad plus the VAD's onset delay.

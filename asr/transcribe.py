@@ -11,10 +11,10 @@ import dataclasses
 import wave
 from pathlib import Path
 
-from asr.config import ASRConfig
-from asr.events import ASREvent, Final
-from asr.models import ASRModels, load_asr
-from asr.stream import ASRStream
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.events import ASREvent, Final
+from voxrelay.asr.models import ASRModels, load_asr
+from voxrelay.asr.stream import ASRStream
 
 FRAME_MS = 20
 RAW_RATE = 16_000

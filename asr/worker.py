@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from asr.budget import DecodeBudget
-from asr.config import ASRConfig
-from asr.events import (
+from voxrelay.asr.budget import DecodeBudget
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.events import (
     ASREvent,
     Discard,
     Final,
@@ -26,10 +26,10 @@ from asr.events import (
     SpeculativeEnd,
     SpeechStart,
 )
-from asr.models import load_asr, warm_up
-from asr.stream import ASRStream
-from ipc.channel import Sender
-from ipc.records import (
+from voxrelay.asr.models import load_asr, warm_up
+from voxrelay.asr.stream import ASRStream
+from voxrelay.ipc.channel import Sender
+from voxrelay.ipc.records import (
     AUDIO_FORMAT,
     CONTROL_BODY,
     FINAL_INFO,
@@ -40,8 +40,8 @@ from ipc.records import (
     Stamp,
     text_pair,
 )
-from pipeline.memory import release_freed_memory
-from pipeline.worker import Events, TableHandler
+from voxrelay.pipeline.memory import release_freed_memory
+from voxrelay.pipeline.worker import Events, TableHandler
 
 
 class ASRHandler(TableHandler):

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from bench import asr, e2e, ipc, llm, readme, sip, tts, turn_end, ws
-from pipeline.openmp import prefer_passive_openmp
+from voxrelay.pipeline.openmp import prefer_passive_openmp
 
 prefer_passive_openmp()
 

@@ -25,14 +25,14 @@ from pathlib import Path
 import jiwer
 import numpy as np
 
-from asr.config import ASRConfig
-from asr.events import ASREvent, Final, SpeculativeEnd
-from asr.models import ASRModels, load_asr
-from asr.stream import ASRStream
-from asr.transcribe import transcribe_file
-from pipeline.models import asset_path
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence
 from tests.asr.test_transcribe import normalize, references
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.events import ASREvent, Final, SpeculativeEnd
+from voxrelay.asr.models import ASRModels, load_asr
+from voxrelay.asr.stream import ASRStream
+from voxrelay.asr.transcribe import transcribe_file
+from voxrelay.pipeline.models import asset_path
 
 MODELS = ("tiny.en", "base")
 FRAME_SAMPLES = SAMPLE_RATE * 20 // 1000

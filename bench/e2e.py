@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ipc.records import Stamp
-from pipeline.audio_io import Clip, read_clip
-from pipeline.config import PipelineConfig
-from pipeline.models import asset_path
-from pipeline.run import Pipeline
-from pipeline.trace import TurnTrace
+from voxrelay.ipc.records import Stamp
+from voxrelay.pipeline.audio_io import Clip, read_clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.models import asset_path
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.trace import TurnTrace
 
 YARDSTICKS = ("sequential", "naive")
 # Each clip is one turn per round: 2 rounds give 16 turns a mode, so the p95 is not
@@ -110,7 +110,7 @@ async def _streaming(clips: list[tuple[str, Clip]]) -> tuple[list[dict[str, Any]
 
 
 def _yardstick(mode: str, clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
-    from pipeline.naive import yardstick
+    from voxrelay.pipeline.naive import yardstick
 
     chain = yardstick(mode)
     chain.run_clip(clips[0][1])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gguf
 
-from pipeline.models import asset_path
+from voxrelay.pipeline.models import asset_path
 
 
 def trim(source: Path, target: Path, layers: int) -> None:

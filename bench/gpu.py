@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from bench.llm import HISTORY, TAIL_WORDS, UTTERANCES
-from llm.backend import REPLY_HEADER
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
+from voxrelay.llm.backend import REPLY_HEADER
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
 
 DECODE_TOKENS = 128
 REPEATS = 3

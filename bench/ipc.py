@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import zmq
 
-from ipc.records import RecordKind
-from ipc.ring import Consumer, Producer, create_ring
+from voxrelay.ipc.records import RecordKind
+from voxrelay.ipc.ring import Consumer, Producer, create_ring
 
 STAMP = struct.Struct("<q")
 MESSAGES = 2000

@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from pipeline.models import asset_path
-from pipeline.naive import load_hf_model
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.pipeline.models import asset_path
+from voxrelay.pipeline.naive import load_hf_model
 
 THREADS = 2
 DECODE_TOKENS = 48

@@ -17,14 +17,14 @@ import numpy as np
 import soxr
 
 from bench.e2e import corpus
-from ipc.records import Stamp
-from pipeline.audio_io import Clip
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.sip.caller import Caller
-from pipeline.sip.config import SipConfig
-from pipeline.sip.server import SipServer
-from pipeline.trace import TurnTrace
+from voxrelay.ipc.records import Stamp
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.sip.caller import Caller
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.server import SipServer
+from voxrelay.pipeline.trace import TurnTrace
 
 
 def _narrowband(clip: Clip, trailing_silence_s: float = 1.0) -> bytes:

@@ -21,12 +21,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from llm.gguf_loader import GGUFFile, read_tokenizer_data
-from llm.tokenizer import ChatTokenizer
-from pipeline.models import asset_path
-from tts.chunker import Chunker
-from tts.config import TTSConfig
-from tts.voice import Voice
+from voxrelay.llm.gguf_loader import GGUFFile, read_tokenizer_data
+from voxrelay.llm.tokenizer import ChatTokenizer
+from voxrelay.pipeline.models import asset_path
+from voxrelay.tts.chunker import Chunker
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.voice import Voice
 
 TOKEN_GAP_S = 0.045  # ~22 tok/s: the native engine's decode rate on this box
 ROUNDS = 2

@@ -18,12 +18,12 @@ from dataclasses import replace
 import numpy as np
 from faster_whisper import WhisperModel
 
-from asr.config import AUTO_MODELS, ASRConfig
-from asr.events import Final
-from asr.models import ASRModels, load_asr
-from asr.stream import ASRStream
-from pipeline.models import asset_path
 from tests.asr.clipdata import SAMPLE_RATE, feed_frames, read_clip, silence, trim
+from voxrelay.asr.config import AUTO_MODELS, ASRConfig
+from voxrelay.asr.events import Final
+from voxrelay.asr.models import ASRModels, load_asr
+from voxrelay.asr.stream import ASRStream
+from voxrelay.pipeline.models import asset_path
 
 PAUSE_S = 0.6  # twice the end of turn, well under the hold
 CLIPS = (

@@ -16,10 +16,10 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from bench.e2e import corpus
-from pipeline.audio_io import Clip
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.ws import ServerConfig, VoiceServer
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.ws import ServerConfig, VoiceServer
 
 FRAME_MS = 20
 

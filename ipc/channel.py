@@ -17,8 +17,8 @@ from typing import Protocol
 
 import zmq
 
-from ipc.records import HEADER_BYTES, Record, RecordKind, decode, pack_header
-from ipc.ring import Consumer, Producer, RingFds, create_ring
+from voxrelay.ipc.records import HEADER_BYTES, Record, RecordKind, decode, pack_header
+from voxrelay.ipc.ring import Consumer, Producer, RingFds, create_ring
 
 
 class Sender(Protocol):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipc.records import ALIGN, HEADER, HEADER_BYTES, Record, RecordKind, padded
+from voxrelay.ipc.records import ALIGN, HEADER, HEADER_BYTES, Record, RecordKind, padded
 
 CONTROL_BYTES = 4096
 MAGIC = 0x56585231  # "VXR1"

@@ -23,10 +23,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from llm.backend import NO_TOKEN_ID
-from llm.config import LLMConfig
-from llm.sequence import FinishReason, TokenOutput
-from llm.tokenizer import ChatTokenizer
+from voxrelay.llm.backend import NO_TOKEN_ID
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.sequence import FinishReason, TokenOutput
+from voxrelay.llm.tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class PromptFormat:
     def __init__(self, config: LLMConfig) -> None:
         self.tokenizer: ChatTokenizer | None = None
         if config.model_path.is_file():
-            from llm.gguf_loader import GGUFFile, read_tokenizer_data
+            from voxrelay.llm.gguf_loader import GGUFFile, read_tokenizer_data
 
             self.tokenizer = ChatTokenizer(read_tokenizer_data(GGUFFile(config.model_path)))
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from llm.config import LLMConfig
-from llm.sequence import TokenOutput
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.sequence import TokenOutput
 
 # Remote backends stream text, not ids: their TokenOutputs carry this id (TTS reads text).
 NO_TOKEN_ID = 0xFFFF_FFFF
@@ -63,19 +63,19 @@ class LLMBackend(Protocol):
 
 
 def _native(config: LLMConfig) -> LLMBackend:
-    from llm.native_backend import NativeBackend
+    from voxrelay.llm.native_backend import NativeBackend
 
     return NativeBackend(config)
 
 
 def _openai(config: LLMConfig) -> LLMBackend:
-    from llm.openai_backend import OpenAIBackend
+    from voxrelay.llm.openai_backend import OpenAIBackend
 
     return OpenAIBackend(config)
 
 
 def _vllm(config: LLMConfig) -> LLMBackend:
-    from llm.vllm_backend import VLLMBackend
+    from voxrelay.llm.vllm_backend import VLLMBackend
 
     return VLLMBackend(config)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from llm.sequence import Sequence
+from voxrelay.llm.sequence import Sequence
 
 
 @dataclass(slots=True)

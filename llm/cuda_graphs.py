@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import torch
 
-from llm.model import LlamaModel
-from llm.sequence import Sequence
+from voxrelay.llm.model import LlamaModel
+from voxrelay.llm.sequence import Sequence
 
 
 def batch_buckets(max_num_seqs: int) -> list[int]:

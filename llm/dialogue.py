@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llm.backend import LLMBackend
-from llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
-from pipeline.models import asset_path
+from voxrelay.llm.backend import LLMBackend
+from voxrelay.llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
+from voxrelay.pipeline.models import asset_path
 
 
 def llm_config(settings: dict[str, Any]) -> LLMConfig:

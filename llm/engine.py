@@ -8,16 +8,16 @@ from dataclasses import dataclass
 
 import torch
 
-from llm import kernels
-from llm.block_manager import BlockManager
-from llm.config import LLMConfig
-from llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
-from llm.model import LlamaModel, blocks_cover
-from llm.runner import ModelRunner
-from llm.scheduler import Scheduler
-from llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
-from llm.tokenizer import ChatTokenizer
-from pipeline.memory import release_freed_memory
+from voxrelay.llm import kernels
+from voxrelay.llm.block_manager import BlockManager
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
+from voxrelay.llm.model import LlamaModel, blocks_cover
+from voxrelay.llm.runner import ModelRunner
+from voxrelay.llm.scheduler import Scheduler
+from voxrelay.llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
+from voxrelay.llm.tokenizer import ChatTokenizer
+from voxrelay.pipeline.memory import release_freed_memory
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

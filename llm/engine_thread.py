@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llm.engine import LLMEngine
-from llm.sequence import TokenOutput
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.sequence import TokenOutput
 
 log = logging.getLogger(__name__)
 

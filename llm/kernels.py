@@ -16,7 +16,7 @@ import torch
 from gguf.constants import GGMLQuantizationType
 
 try:
-    from llm import _kernels
+    from voxrelay.llm import _kernels
 except ImportError:  # not built (no C compiler at install time): torch ops instead
     _kernels = None
 

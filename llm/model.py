@@ -18,10 +18,10 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from llm import kernels
-from llm.gguf_loader import GGUFFile, LlamaHParams
-from llm.kernels import BLOCK_KINDS
-from llm.weights import BlockWeight, PackedWeight, Weight, can_pack, convert, linear
+from voxrelay.llm import kernels
+from voxrelay.llm.gguf_loader import GGUFFile, LlamaHParams
+from voxrelay.llm.kernels import BLOCK_KINDS
+from voxrelay.llm.weights import BlockWeight, PackedWeight, Weight, can_pack, convert, linear
 
 
 @dataclass(slots=True)

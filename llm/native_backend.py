@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.sequence import TokenOutput
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.sequence import TokenOutput
 
 
 class NativeBackend:

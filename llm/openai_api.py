@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm.backend import STOP_TEXTS
-from llm.tokenizer import ChatTokenizer
+from voxrelay.llm.backend import STOP_TEXTS
+from voxrelay.llm.tokenizer import ChatTokenizer
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's and vLLM's default for /v1/completions
 ROLES = ("system", "user", "assistant")

@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from llm.async_backend import AsyncBackend, Chunk
-from llm.backend import STOP_TEXTS
-from llm.config import LLMConfig
+from voxrelay.llm.async_backend import AsyncBackend, Chunk
+from voxrelay.llm.backend import STOP_TEXTS
+from voxrelay.llm.config import LLMConfig
 
 
 class OpenAIBackend(AsyncBackend):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from llm.cuda_graphs import GraphDecoder, sample_on_device
-from llm.model import LlamaModel
-from llm.repeats import banned_tokens
-from llm.scheduler import ScheduledBatch
-from llm.sequence import Sequence
+from voxrelay.llm.cuda_graphs import GraphDecoder, sample_on_device
+from voxrelay.llm.model import LlamaModel
+from voxrelay.llm.repeats import banned_tokens
+from voxrelay.llm.scheduler import ScheduledBatch
+from voxrelay.llm.sequence import Sequence
 
 
 class ModelRunner:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from llm.block_manager import BlockManager
-from llm.sequence import Sequence, SequenceStatus
+from voxrelay.llm.block_manager import BlockManager
+from voxrelay.llm.sequence import Sequence, SequenceStatus
 
 
 @dataclass(frozen=True, slots=True)

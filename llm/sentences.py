@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tts.chunker import CLOSERS, SENTENCE_MARKS, is_abbreviation_dot
+from voxrelay.tts.chunker import CLOSERS, SENTENCE_MARKS, is_abbreviation_dot
 
 # A run of sentence marks, closing quotes or brackets, whitespace, then the start of
 # the next sentence (the chunker's marks and closers).

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Literal
 
-from llm.tokenizer import IncrementalDetokenizer
+from voxrelay.llm.tokenizer import IncrementalDetokenizer
 
 # "error": a remote backend lost its server mid-reply (the stage logs why).
 FinishReason = Literal["stop", "length", "abort", "error"]

@@ -18,10 +18,10 @@ from typing import Any
 
 from aiohttp import web
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.engine_thread import EngineThread, StreamItem
-from llm.openai_api import (
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.engine_thread import EngineThread, StreamItem
+from voxrelay.llm.openai_api import (
     APIError,
     CompletionRequest,
     ServedModel,
@@ -30,7 +30,7 @@ from llm.openai_api import (
     parse_request,
     usage,
 )
-from llm.sequence import TokenOutput
+from voxrelay.llm.sequence import TokenOutput
 
 
 @dataclass(frozen=True, slots=True)

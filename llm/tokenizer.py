@@ -15,7 +15,7 @@ from functools import lru_cache
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from llm.gguf_loader import TokenizerData
+from voxrelay.llm.gguf_loader import TokenizerData
 
 # GGUF token types (llama.cpp `llama_token_type`).
 TOKEN_TYPE_CONTROL = 3

@@ -19,9 +19,9 @@ import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
-from llm.async_backend import AsyncBackend, Chunk
-from llm.backend import STOP_TEXTS
-from llm.config import LLMConfig
+from voxrelay.llm.async_backend import AsyncBackend, Chunk
+from voxrelay.llm.backend import STOP_TEXTS
+from voxrelay.llm.config import LLMConfig
 
 
 class VLLMBackend(AsyncBackend):

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from gguf.constants import GGMLQuantizationType
 
-from llm.gguf_loader import GGUFFile
-from llm.kernels import BLOCK_KINDS, matmul_blocks
+from voxrelay.llm.gguf_loader import GGUFFile
+from voxrelay.llm.kernels import BLOCK_KINDS, matmul_blocks
 
 # Token count for which oneDNN lays out the packed weights. One layout serves every size:
 # a 16-token layout runs a 340-token prefill within ~5% of a 128-token one.

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipc.channel import Sender
-from ipc.records import (
+from voxrelay.ipc.channel import Sender
+from voxrelay.ipc.records import (
     CONTROL_BODY,
     FINAL_INFO,
     TOKEN_ID,
@@ -49,11 +49,11 @@ from ipc.records import (
     Stamp,
     split_text_pair,
 )
-from llm.backend import REPLY_HEADER, create_backend
-from llm.core_yield import CoreYield
-from llm.dialogue import Dialogue, llm_config
-from llm.sentences import SentenceLimit
-from pipeline.worker import Events, TableHandler
+from voxrelay.llm.backend import REPLY_HEADER, create_backend
+from voxrelay.llm.core_yield import CoreYield
+from voxrelay.llm.dialogue import Dialogue, llm_config
+from voxrelay.llm.sentences import SentenceLimit
+from voxrelay.pipeline.worker import Events, TableHandler
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.config import MODES
-from pipeline.models import ModelError
-from pipeline.openmp import prefer_passive_openmp
+from voxrelay.pipeline.config import MODES
+from voxrelay.pipeline.models import ModelError
+from voxrelay.pipeline.openmp import prefer_passive_openmp
 
 # Before any OpenMP runtime loads (stage libraries are imported lazily below): the
 # sequential and naive modes run Whisper, the LLM and Piper in this very process.
@@ -20,7 +20,7 @@ prefer_passive_openmp()
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from pipeline import models
+    from voxrelay.pipeline import models
 
     if args.action == "list":
         print(f"cache: {models.voxrelay_home()}")
@@ -36,8 +36,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pipeline.audio_io import read_clip
-    from pipeline.demo import run_once
+    from voxrelay.pipeline.audio_io import read_clip
+    from voxrelay.pipeline.demo import run_once
 
     clip = read_clip(Path(args.input))
     row = asyncio.run(
@@ -56,8 +56,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from pipeline.config import PipelineConfig
-    from pipeline.ws import ServerConfig, serve_forever
+    from voxrelay.pipeline.config import PipelineConfig
+    from voxrelay.pipeline.ws import ServerConfig, serve_forever
 
     config = ServerConfig(
         host=args.host,
@@ -80,9 +80,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_sip(args: argparse.Namespace) -> int:
-    from pipeline.config import PipelineConfig
-    from pipeline.sip.config import DEFAULT_PORT, from_cli
-    from pipeline.sip.serve import serve_sip
+    from voxrelay.pipeline.config import PipelineConfig
+    from voxrelay.pipeline.sip.config import DEFAULT_PORT, from_cli
+    from voxrelay.pipeline.sip.serve import serve_sip
 
     config, _ = from_cli(
         args.listen, DEFAULT_PORT, args.allow, args.max_calls, args.dtmf, args.transfer_to
@@ -93,9 +93,9 @@ def _cmd_sip(args: argparse.Namespace) -> int:
 
 
 def _cmd_audiosocket(args: argparse.Namespace) -> int:
-    from pipeline.config import PipelineConfig
-    from pipeline.sip.config import DEFAULT_AUDIOSOCKET_PORT, from_cli
-    from pipeline.sip.serve import serve_audiosocket
+    from voxrelay.pipeline.config import PipelineConfig
+    from voxrelay.pipeline.sip.config import DEFAULT_AUDIOSOCKET_PORT, from_cli
+    from voxrelay.pipeline.sip.serve import serve_audiosocket
 
     config, listen = from_cli(
         args.listen,
@@ -113,9 +113,9 @@ def _cmd_audiosocket(args: argparse.Namespace) -> int:
 
 
 def _cmd_llm_serve(args: argparse.Namespace) -> int:
-    from llm.config import LLMConfig
-    from llm.serve import ServeConfig, serve_forever
-    from pipeline.models import asset_path
+    from voxrelay.llm.config import LLMConfig
+    from voxrelay.llm.serve import ServeConfig, serve_forever
+    from voxrelay.pipeline.models import asset_path
 
     model_path = Path(args.model_path) if args.model_path else asset_path("smollm2") / "model.gguf"
     llm = LLMConfig(
@@ -130,8 +130,8 @@ def _cmd_llm_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_mic(args: argparse.Namespace) -> int:
-    from pipeline.config import PipelineConfig
-    from pipeline.mic import MicConfig, device_arg, run_mic
+    from voxrelay.pipeline.config import PipelineConfig
+    from voxrelay.pipeline.mic import MicConfig, device_arg, run_mic
 
     config = MicConfig(
         input_device=device_arg(args.input_device),
@@ -144,8 +144,8 @@ def _cmd_mic(args: argparse.Namespace) -> int:
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
-    from asr.config import ASRConfig
-    from asr.transcribe import transcribe_file
+    from voxrelay.asr.config import ASRConfig
+    from voxrelay.asr.transcribe import transcribe_file
 
     config = ASRConfig(model=args.model, partial_interval_ms=0)
     for path in args.files:
@@ -166,7 +166,7 @@ def _add_standby_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from pipeline.report import load_rows, write_report
+    from voxrelay.pipeline.report import load_rows, write_report
 
     rows = load_rows(Path(args.traces))
     if not rows:

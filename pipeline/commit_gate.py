@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ipc.records import Stamp
+from voxrelay.ipc.records import Stamp
 
 Release = Callable[[], None]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from asr.config import ASRConfig
+from voxrelay.asr.config import ASRConfig
 
 TRANSPORTS = ("shm", "zmq")
 MODES = ("streaming", "sequential", "naive")  # the pipeline, then its two yardsticks

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.audio_io import Clip, OutputResampler, write_wav
-from pipeline.config import PipelineConfig
-from pipeline.run import ClipResult, Pipeline
-from pipeline.trace import TraceSink, format_trace
+from voxrelay.pipeline.audio_io import Clip, OutputResampler, write_wav
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import ClipResult, Pipeline
+from voxrelay.pipeline.trace import TraceSink, format_trace
 
 
 async def run_once(
@@ -21,7 +21,7 @@ async def run_once(
     output_rate: int | None = None,
 ) -> dict[str, Any]:
     if mode in ("sequential", "naive"):
-        from pipeline.naive import yardstick
+        from voxrelay.pipeline.naive import yardstick
 
         result = yardstick(mode).run_clip(clip)
         traces = TraceSink(trace_path)

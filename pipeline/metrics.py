@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from pipeline.run import Pipeline
-from pipeline.supervisor import STAGES
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.supervisor import STAGES
 
 # Seconds; dense where TTFA lives on a CPU (0.3-3 s), a tail up to a stuck stage.
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.audio_io import OutputResampler
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.trace import TurnTrace, format_trace
+from voxrelay.pipeline.audio_io import OutputResampler
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.trace import TurnTrace, format_trace
 
 CAPTURE_RATE = 16_000
 FRAME_MS = 20

@@ -70,7 +70,7 @@ def voxrelay_home() -> Path:
 
 
 def load_manifest() -> dict[str, Asset]:
-    raw = tomllib.loads(resources.files("pipeline").joinpath("manifest.toml").read_text())
+    raw = tomllib.loads(resources.files("voxrelay.pipeline").joinpath("manifest.toml").read_text())
     assets: dict[str, Asset] = {}
     for name, entry in raw["assets"].items():
         assets[name] = Asset(

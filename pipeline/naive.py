@@ -23,24 +23,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from asr.audio import AudioConverter
-from asr.config import ASRConfig
-from asr.endpoint import Endpointer, EndpointKind
-from asr.models import load_asr
-from asr.timeline import ArrivalClock
-from asr.vad import WINDOW_SAMPLES, StreamingVAD
-from ipc.records import Stamp
-from llm.dialogue import Dialogue, llm_config
-from llm.gguf_loader import GGUFFile, read_tokenizer_data
-from llm.repeats import banned_tokens
-from llm.sentences import within
-from llm.tokenizer import ChatTokenizer
-from pipeline.audio_io import Clip
-from pipeline.config import PipelineConfig
-from pipeline.models import asset_path
-from pipeline.run import FRAME_MS, ClipResult
-from pipeline.sequential import SequentialPipeline, whole_reply_out
-from pipeline.trace import TurnTrace
+from voxrelay.asr.audio import AudioConverter
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.endpoint import Endpointer, EndpointKind
+from voxrelay.asr.models import load_asr
+from voxrelay.asr.timeline import ArrivalClock
+from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
+from voxrelay.ipc.records import Stamp
+from voxrelay.llm.dialogue import Dialogue, llm_config
+from voxrelay.llm.gguf_loader import GGUFFile, read_tokenizer_data
+from voxrelay.llm.repeats import banned_tokens
+from voxrelay.llm.sentences import within
+from voxrelay.llm.tokenizer import ChatTokenizer
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.models import asset_path
+from voxrelay.pipeline.run import FRAME_MS, ClipResult
+from voxrelay.pipeline.sequential import SequentialPipeline, whole_reply_out
+from voxrelay.pipeline.trace import TurnTrace
 
 SAMPLE_RATE = 16_000
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline.trace import stage_intervals
+from voxrelay.pipeline.trace import stage_intervals
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter

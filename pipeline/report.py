@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.trace import STAGE_INTERVALS, stage_intervals
+from voxrelay.pipeline.trace import STAGE_INTERVALS, stage_intervals
 
 PERCENTILES = (50, 95, 99)
 # Stage -> bar colour; the same in the HTML and the PNG.
@@ -91,7 +91,7 @@ def histogram(ttfa_ms: list[float], bins: int = 20) -> tuple[list[int], list[flo
 
 def write_report(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
     """Writes the HTML page and the PNG next to it; returns both paths."""
-    from pipeline.report_png import draw_png
+    from voxrelay.pipeline.report_png import draw_png
 
     summary = summarize(rows)
     png = output.with_suffix(".png")

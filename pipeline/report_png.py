@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.trace import stage_intervals
+from voxrelay.pipeline.trace import stage_intervals
 
 if TYPE_CHECKING:
-    from pipeline.report import Summary
+    from voxrelay.pipeline.report import Summary
 
 MAX_WATERFALLS = 40
 
@@ -23,7 +23,7 @@ def draw_png(rows: list[dict[str, Any]], summary: Summary, path: Path) -> None:
     matplotlib.use("Agg")  # files only: no display, no GUI toolkit
     from matplotlib import pyplot as plt
 
-    from pipeline.report import COLOURS, PERCENTILES, histogram
+    from voxrelay.pipeline.report import COLOURS, PERCENTILES, histogram
 
     shown = rows[-MAX_WATERFALLS:]
     figure, (left, right) = plt.subplots(

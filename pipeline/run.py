@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
-from pipeline.audio_io import Clip
-from pipeline.barge_in import BargeInRule
-from pipeline.config import PipelineConfig
-from pipeline.otel import exporter_from_env
-from pipeline.session import Session, SessionRouter, Sink
-from pipeline.supervisor import Supervisor
-from pipeline.trace import TraceSink, TurnTrace
+from voxrelay.ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.barge_in import BargeInRule
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.otel import exporter_from_env
+from voxrelay.pipeline.session import Session, SessionRouter, Sink
+from voxrelay.pipeline.supervisor import Supervisor
+from voxrelay.pipeline.trace import TraceSink, TurnTrace
 
 FRAME_MS = 20
 # How often trace rows waiting for their reply audio to play are checked (Session.settle).

@@ -14,22 +14,22 @@ from typing import Any
 
 import numpy as np
 
-from asr.config import ASRConfig
-from asr.events import Final
-from asr.models import load_asr
-from asr.stream import ASRStream
-from ipc.records import Stamp
-from llm.dialogue import Dialogue, llm_config
-from llm.engine import LLMEngine
-from llm.native_backend import NativeBackend
-from llm.sentences import SentenceLimit
-from pipeline.audio_io import Clip
-from pipeline.config import PipelineConfig
-from pipeline.models import asset_path
-from pipeline.run import FRAME_MS, ClipResult
-from pipeline.trace import TurnTrace
-from tts.config import TTSConfig
-from tts.voice import Voice
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.events import Final
+from voxrelay.asr.models import load_asr
+from voxrelay.asr.stream import ASRStream
+from voxrelay.ipc.records import Stamp
+from voxrelay.llm.dialogue import Dialogue, llm_config
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.native_backend import NativeBackend
+from voxrelay.llm.sentences import SentenceLimit
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.models import asset_path
+from voxrelay.pipeline.run import FRAME_MS, ClipResult
+from voxrelay.pipeline.trace import TurnTrace
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.voice import Voice
 
 
 class SequentialPipeline:

@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
-from pipeline.commit_gate import CommitGate, Retraction
-from pipeline.heard import CUT_MARK, Playback, heard_text
-from pipeline.trace import TraceSink, TurnTrace
+from voxrelay.ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
+from voxrelay.pipeline.commit_gate import CommitGate, Retraction
+from voxrelay.pipeline.heard import CUT_MARK, Playback, heard_text
+from voxrelay.pipeline.trace import TraceSink, TurnTrace
 
 # Ended turn ids remembered so their late records (a stamp sent after the turn's last
 # audio) cannot open a ghost trace; older ids are forgotten first.

@@ -11,9 +11,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from ipc.channel import ChannelSpec
-from ipc.ring import Consumer, Producer
-from pipeline.status import StageStatus
+from voxrelay.ipc.channel import ChannelSpec
+from voxrelay.ipc.ring import Consumer, Producer
+from voxrelay.pipeline.status import StageStatus
 
 log = logging.getLogger("voxrelay.supervisor")
 
@@ -45,13 +45,13 @@ class StageProcess:
     def popen(
         self, log_path: str, extra_args: tuple[str, ...] = (), extra_fds: tuple[int, ...] = ()
     ) -> subprocess.Popen[bytes]:
-        """`python -m pipeline.worker` for this stage, its stderr appended to `log_path`
+        """`python -m voxrelay.pipeline.worker` for this stage, its stderr appended to `log_path`
         (a standby writes to its stage's log: it becomes that stage)."""
         specs = {k: v.encode() for k, v in self.specs.items()}
         cmd = [
             sys.executable,
             "-m",
-            "pipeline.worker",
+            "voxrelay.pipeline.worker",
             self.name,
             *(f"--{k}={v}" for k, v in specs.items()),
             f"--status={self.status.fd}",

@@ -29,9 +29,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from ipc.channel import Sender
-from ipc.records import RecordKind
-from pipeline.stage_process import StageProcess
+from voxrelay.ipc.channel import Sender
+from voxrelay.ipc.records import RecordKind
+from voxrelay.pipeline.stage_process import StageProcess
 
 log = logging.getLogger("voxrelay.supervisor")
 READY, TAKE_OVER = b"R", b"G"

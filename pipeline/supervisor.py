@@ -21,13 +21,13 @@ import struct
 import time
 from collections.abc import Callable
 
-from ipc.channel import make_channel
-from ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
-from ipc.ring import Consumer, Producer, RingCorrupt, dropped_records
-from pipeline.config import PipelineConfig
-from pipeline.stage_process import StageLogs, StageProcess
-from pipeline.standby import StandbyPool
-from pipeline.status import StageStatus
+from voxrelay.ipc.channel import make_channel
+from voxrelay.ipc.records import CONTROL_BODY, ControlOp, Record, RecordKind
+from voxrelay.ipc.ring import Consumer, Producer, RingCorrupt, dropped_records
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.stage_process import StageLogs, StageProcess
+from voxrelay.pipeline.standby import StandbyPool
+from voxrelay.pipeline.status import StageStatus
 
 log = logging.getLogger("voxrelay.supervisor")
 STAGES = ("asr", "llm", "tts")

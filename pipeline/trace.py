@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ipc.records import Stamp
+from voxrelay.ipc.records import Stamp
 
 log = logging.getLogger("voxrelay.trace")
 

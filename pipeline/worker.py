@@ -1,6 +1,6 @@
 """The loop every stage process runs, and the process entry point.
 
-`python -m pipeline.worker STAGE --input SPEC --output SPEC --control SPEC --events SPEC
+`python -m voxrelay.pipeline.worker STAGE --input SPEC --output SPEC --control SPEC --events SPEC
 --status FD --config JSON`. The parent passes ring fds with `pass_fds`; the JSON config
 is control plane (read once at start), never data.
 
@@ -27,11 +27,11 @@ from typing import Protocol
 
 import zmq
 
-from ipc.channel import ChannelSpec, Receiver, Sender, open_receiver, open_sender
-from ipc.records import CONTROL_BODY, STAMP_BODY, ControlOp, Record, RecordKind, Stamp
-from pipeline.openmp import prefer_passive_openmp
-from pipeline.standby import LateSender, lower_own_priority, wait_for_take_over
-from pipeline.status import StageStatus
+from voxrelay.ipc.channel import ChannelSpec, Receiver, Sender, open_receiver, open_sender
+from voxrelay.ipc.records import CONTROL_BODY, STAMP_BODY, ControlOp, Record, RecordKind, Stamp
+from voxrelay.pipeline.openmp import prefer_passive_openmp
+from voxrelay.pipeline.standby import LateSender, lower_own_priority, wait_for_take_over
+from voxrelay.pipeline.status import StageStatus
 
 IDLE_POLL_MS = 100
 PR_SET_PDEATHSIG = 1
@@ -223,19 +223,19 @@ def _is_shutdown(record: Record) -> bool:
 def _factories() -> dict[str, HandlerFactory]:
     # Imported lazily: each process loads only its own stage's libraries.
     def asr(config: dict[str, object], out: Sender, events: Events) -> Handler:
-        from asr.worker import ASRHandler
+        from voxrelay.asr.worker import ASRHandler
 
         handler: Handler = ASRHandler(config, out, events)
         return handler
 
     def llm(config: dict[str, object], out: Sender, events: Events) -> Handler:
-        from llm.worker import LLMHandler
+        from voxrelay.llm.worker import LLMHandler
 
         handler: Handler = LLMHandler(config, out, events)
         return handler
 
     def tts(config: dict[str, object], out: Sender, events: Events) -> Handler:
-        from tts.worker import TTSHandler
+        from voxrelay.tts.worker import TTSHandler
 
         handler: Handler = TTSHandler(config, out, events)
         return handler

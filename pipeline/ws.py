@@ -27,10 +27,10 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from pipeline.config import PipelineConfig
-from pipeline.metrics import PipelineMetrics
-from pipeline.run import Pipeline
-from pipeline.ws_client import CLOSE_NORMAL, CLOSE_TRY_AGAIN, ClientSession
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.metrics import PipelineMetrics
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.ws_client import CLOSE_NORMAL, CLOSE_TRY_AGAIN, ClientSession
 
 log = logging.getLogger("voxrelay.ws")
 

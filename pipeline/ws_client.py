@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
 
-from pipeline.audio_io import OutputResampler
-from pipeline.run import Pipeline
-from pipeline.trace import TurnTrace
+from voxrelay.pipeline.audio_io import OutputResampler
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.trace import TurnTrace
 
 if TYPE_CHECKING:
-    from pipeline.ws import ServerConfig
+    from voxrelay.pipeline.ws import ServerConfig
 
 log = logging.getLogger("voxrelay.ws")
 

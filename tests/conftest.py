@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.models import ModelError, asset_path
-from pipeline.openmp import prefer_passive_openmp
+from voxrelay.pipeline.models import ModelError, asset_path
+from voxrelay.pipeline.openmp import prefer_passive_openmp
 
 prefer_passive_openmp()
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tts.config import TTSConfig
-from tts.text import ABBREVIATIONS
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.text import ABBREVIATIONS
 
 _CLAUSE_MARKS = ",;:"
 SENTENCE_MARKS = ".?!…"

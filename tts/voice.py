@@ -10,11 +10,11 @@ import soxr
 from piper import PiperVoice, SynthesisConfig
 from piper.config import PiperConfig
 
-from tts.audio import AudioChunk, SentenceShaper, to_int16
-from tts.chunker import Chunker
-from tts.config import TTSConfig
-from tts.text import clean_for_speech
-from tts.vocoder import SplitVoiceModel, onnx_session
+from voxrelay.tts.audio import AudioChunk, SentenceShaper, to_int16
+from voxrelay.tts.chunker import Chunker
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.text import clean_for_speech
+from voxrelay.tts.vocoder import SplitVoiceModel, onnx_session
 
 _SENTENCE_END = ".?!"
 _CLAUSE_END = ",;:"

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ipc.channel import Sender
-from ipc.records import (
+from voxrelay.ipc.channel import Sender
+from voxrelay.ipc.records import (
     AUDIO_FORMAT,
     CONTROL_BODY,
     TOKEN_ID,
@@ -25,11 +25,11 @@ from ipc.records import (
     SampleFormat,
     Stamp,
 )
-from pipeline.models import asset_path
-from pipeline.worker import Events, TableHandler
-from tts.chunker import Chunker
-from tts.config import TTSConfig
-from tts.voice import Voice
+from voxrelay.pipeline.models import asset_path
+from voxrelay.pipeline.worker import Events, TableHandler
+from voxrelay.tts.chunker import Chunker
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.voice import Voice
 
 # Reply audio goes out in records of at most this many samples (~93 ms at 22.05 kHz),
 # so a sink can start playing, and drop on barge-in, at a fine grain.

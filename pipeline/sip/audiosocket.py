@@ -17,9 +17,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from pipeline.sip.bridge import CallBridge, SessionHost
-from pipeline.sip.config import SipConfig
-from pipeline.sip.playout import PacedPort, Pacer, raise_thread_priority
+from voxrelay.pipeline.sip.bridge import CallBridge, SessionHost
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.playout import PacedPort, Pacer, raise_thread_priority
 
 log = logging.getLogger("voxrelay.audiosocket")
 FRAME_HEADER = struct.Struct("!BH")

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipeline.audio_io import OutputResampler
-from pipeline.session import Session, Sink
-from pipeline.sip.config import SipConfig
-from pipeline.sip.dtmf import TraceDigits
-from pipeline.sip.playout import SAMPLE_RATE
-from pipeline.trace import TurnTrace
+from voxrelay.pipeline.audio_io import OutputResampler
+from voxrelay.pipeline.session import Session, Sink
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.dtmf import TraceDigits
+from voxrelay.pipeline.sip.playout import SAMPLE_RATE
+from voxrelay.pipeline.trace import TurnTrace
 
 log = logging.getLogger("voxrelay.sip")
 

@@ -18,11 +18,11 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from pipeline.sip.bridge import CallBridge, SessionHost
-from pipeline.sip.config import SipConfig
-from pipeline.sip.media import RtpPort
-from pipeline.sip.message import SipMessage, param, uri_of
-from pipeline.sip.sdp import (
+from voxrelay.pipeline.sip.bridge import CallBridge, SessionHost
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.media import RtpPort
+from voxrelay.pipeline.sip.message import SipMessage, param, uri_of
+from voxrelay.pipeline.sip.sdp import (
     OFFERED_DTMF_PAYLOAD,
     PAYLOAD_TYPES,
     Answer,
@@ -32,7 +32,7 @@ from pipeline.sip.sdp import (
     build_offer,
     negotiate,
 )
-from pipeline.sip.transaction import Address, new_branch
+from voxrelay.pipeline.sip.transaction import Address, new_branch
 
 log = logging.getLogger("voxrelay.sip")
 # (request, where to, callback with the final response or None on timeout)

@@ -13,12 +13,12 @@ import secrets
 import time
 from typing import cast
 
-from pipeline.sip import g711
-from pipeline.sip.dtmf import build_event
-from pipeline.sip.message import SipMessage, parse, response
-from pipeline.sip.playout import FRAME_BYTES, FRAME_NS, FRAME_SAMPLES
-from pipeline.sip.rtp import RtpPacket, parse_packet
-from pipeline.sip.transaction import Address, new_branch
+from voxrelay.pipeline.sip import g711
+from voxrelay.pipeline.sip.dtmf import build_event
+from voxrelay.pipeline.sip.message import SipMessage, parse, response
+from voxrelay.pipeline.sip.playout import FRAME_BYTES, FRAME_NS, FRAME_SAMPLES
+from voxrelay.pipeline.sip.rtp import RtpPacket, parse_packet
+from voxrelay.pipeline.sip.transaction import Address, new_branch
 
 DTMF_PAYLOAD_TYPE = 101
 

@@ -6,8 +6,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from pipeline.sip.dtmf import DIGITS
-from pipeline.sip.g711 import CODECS
+from voxrelay.pipeline.sip.dtmf import DIGITS
+from voxrelay.pipeline.sip.g711 import CODECS
 
 DEFAULT_PORT = 5060
 DEFAULT_AUDIOSOCKET_PORT = 9092

@@ -13,9 +13,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ipc.records import Stamp
-from pipeline.session import Session
-from pipeline.trace import TurnTrace
+from voxrelay.ipc.records import Stamp
+from voxrelay.pipeline.session import Session
+from voxrelay.pipeline.trace import TurnTrace
 
 EVENT = struct.Struct("!BBH")  # event, E|R|volume, duration
 DIGITS = "0123456789*#ABCD"  # events 0..15

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from pipeline.sip import g711
-from pipeline.sip.bridge import CallBridge
-from pipeline.sip.dtmf import DtmfReceiver
-from pipeline.sip.playout import FRAME_BYTES, FRAME_SAMPLES, PacedPort, Pacer
-from pipeline.sip.rtp import JitterBuffer, RtpPacket, parse_packet
-from pipeline.sip.sdp import STATIC_PAYLOADS, Answer
+from voxrelay.pipeline.sip import g711
+from voxrelay.pipeline.sip.bridge import CallBridge
+from voxrelay.pipeline.sip.dtmf import DtmfReceiver
+from voxrelay.pipeline.sip.playout import FRAME_BYTES, FRAME_SAMPLES, PacedPort, Pacer
+from voxrelay.pipeline.sip.rtp import JitterBuffer, RtpPacket, parse_packet
+from voxrelay.pipeline.sip.sdp import STATIC_PAYLOADS, Answer
 
 log = logging.getLogger("voxrelay.sip")
 Address = tuple[str, int]

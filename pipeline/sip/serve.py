@@ -6,11 +6,11 @@ import asyncio
 import signal
 from pathlib import Path
 
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.sip.audiosocket import AudioSocketServer
-from pipeline.sip.config import SipConfig
-from pipeline.sip.server import SipServer
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.sip.audiosocket import AudioSocketServer
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.server import SipServer
 
 
 async def _until_signal() -> None:

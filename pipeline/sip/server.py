@@ -15,14 +15,19 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
-from pipeline.sip import message
-from pipeline.sip.bridge import SessionHost
-from pipeline.sip.call import Call, CallState
-from pipeline.sip.config import SipConfig
-from pipeline.sip.message import SipMessage, param
-from pipeline.sip.playout import raise_thread_priority
-from pipeline.sip.sdp import Offer, parse_offer
-from pipeline.sip.transaction import Address, ClientTransactions, ServerTransactions, Timers
+from voxrelay.pipeline.sip import message
+from voxrelay.pipeline.sip.bridge import SessionHost
+from voxrelay.pipeline.sip.call import Call, CallState
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.message import SipMessage, param
+from voxrelay.pipeline.sip.playout import raise_thread_priority
+from voxrelay.pipeline.sip.sdp import Offer, parse_offer
+from voxrelay.pipeline.sip.transaction import (
+    Address,
+    ClientTransactions,
+    ServerTransactions,
+    Timers,
+)
 
 log = logging.getLogger("voxrelay.sip")
 ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"

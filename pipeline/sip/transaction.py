@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipeline.sip.message import BRANCH_COOKIE, SipMessage, param
+from voxrelay.pipeline.sip.message import BRANCH_COOKIE, SipMessage, param
 
 Address = tuple[str, int]
 SendFn = Callable[[bytes, Address], None]

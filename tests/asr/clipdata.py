@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 from faster_whisper import WhisperModel
 
-from asr.events import ASREvent
-from asr.stream import ASRStream
+from voxrelay.asr.events import ASREvent
+from voxrelay.asr.stream import ASRStream
 
 SAMPLE_RATE = 16_000
 T0_NS = 5_000_000_000  # synthetic clock origin; any value works, zero would hide bugs

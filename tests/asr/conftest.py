@@ -8,8 +8,8 @@ import pytest
 from faster_whisper import WhisperModel
 from faster_whisper.vad import SileroVADModel
 
-from asr.config import ASRConfig
-from asr.models import load_asr
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.models import load_asr
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +19,7 @@ def clips(clips_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def models(clips_dir: Path) -> tuple[WhisperModel, SileroVADModel]:
-    from pipeline.models import ModelError
+    from voxrelay.pipeline.models import ModelError
 
     try:
         return load_asr(ASRConfig())

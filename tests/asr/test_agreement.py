@@ -1,4 +1,4 @@
-from asr.agreement import LocalAgreement
+from voxrelay.asr.agreement import LocalAgreement
 
 
 def test_stable_needs_two_agreeing_decodes() -> None:

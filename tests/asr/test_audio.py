@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import soxr
 
-from asr.audio import SUPPORTED_RATES, AudioConverter, to_mono_float32
+from voxrelay.asr.audio import SUPPORTED_RATES, AudioConverter, to_mono_float32
 
 
 def tone(rate: int, seconds: float, hz: float = 440.0) -> np.ndarray:

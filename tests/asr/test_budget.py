@@ -1,6 +1,6 @@
 """The partial-decode budget shared by the streams of one ASR process."""
 
-from asr.budget import DecodeBudget
+from voxrelay.asr.budget import DecodeBudget
 
 MS = 1_000_000
 

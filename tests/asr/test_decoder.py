@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from asr.config import ASRConfig
-from asr.decoder import WhisperDecoder, _collapse_stuck, _starts_over, _stuck_run
 from tests.asr.clipdata import read_clip, silence, trim
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.decoder import WhisperDecoder, _collapse_stuck, _starts_over, _stuck_run
 
 
 def test_restart_loops_are_recognised() -> None:

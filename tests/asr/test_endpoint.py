@@ -2,8 +2,8 @@
 
 import pytest
 
-from asr.config import ASRConfig
-from asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
 
 W = 512  # samples per window
 K = EndpointKind

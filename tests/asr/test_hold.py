@@ -9,9 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asr.config import ASRConfig
-from asr.events import Final, Hold, Resume, SpeculativeEnd
-from asr.stream import ASRStream
 from tests.asr.clipdata import (
     PAUSE_S,
     SAMPLE_RATE,
@@ -25,6 +22,9 @@ from tests.asr.clipdata import (
     trim,
     words,
 )
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.events import Final, Hold, Resume, SpeculativeEnd
+from voxrelay.asr.stream import ASRStream
 
 HOLDING = ASRConfig(model="tiny.en", partial_interval_ms=0)
 FIXED = ASRConfig(model="tiny.en", partial_interval_ms=0, unfinished_end_silence_ms=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr.resample import OUT_RATE, StreamingResampler
+from voxrelay.asr.resample import OUT_RATE, StreamingResampler
 
 RATES = (8000, 22050, 24000, 44100, 48000)
 

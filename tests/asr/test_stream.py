@@ -8,9 +8,6 @@ import numpy as np
 import pytest
 import soxr
 
-from asr.config import ASRConfig
-from asr.events import Discard, Final, Partial, Resume, Rollback, SpeculativeEnd, SpeechStart
-from asr.stream import ASRStream
 from tests.asr.clipdata import (
     SAMPLE_RATE,
     feed_frames,
@@ -22,6 +19,17 @@ from tests.asr.clipdata import (
     voiced_span,
     words,
 )
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.events import (
+    Discard,
+    Final,
+    Partial,
+    Resume,
+    Rollback,
+    SpeculativeEnd,
+    SpeechStart,
+)
+from voxrelay.asr.stream import ASRStream
 
 # Partials off unless a test is about them: each decode costs CPU the tests share.
 QUIET = ASRConfig(model="tiny.en", partial_interval_ms=0)

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from asr.config import ASRConfig
-from asr.decoder import WhisperDecoder
-from asr.models import load_asr
-from asr.textdecoder import TextDecoder, _continuation, load_text_decoder, read_ct2_model
-from pipeline.models import asset_path
 from tests.asr.clipdata import read_clip, silence, trim
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.decoder import WhisperDecoder
+from voxrelay.asr.models import load_asr
+from voxrelay.asr.textdecoder import TextDecoder, _continuation, load_text_decoder, read_ct2_model
+from voxrelay.pipeline.models import asset_path
 
 CLIPS = ("librivox/0880.wav", "librivox/0930.wav", "cards/005.wav", "goforward.raw")
 FRAMES = 800

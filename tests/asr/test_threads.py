@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asr.config import ASRConfig
-from asr.decoder import WhisperDecoder
-from asr.threads import PLACEMENT, ThreadPlacement
 from tests.asr.clipdata import read_clip, silence, trim
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.decoder import WhisperDecoder
+from voxrelay.asr.threads import PLACEMENT, ThreadPlacement
 
 ALL_CPUS = os.sched_getaffinity(0)
 pytestmark = pytest.mark.skipif(len(ALL_CPUS) < 2, reason="needs 2 CPUs")
@@ -67,10 +67,10 @@ def test_without_proc_it_only_runs_the_work() -> None:
 _WARMED = """
 import json, os
 import numpy as np
-from asr.config import ASRConfig
-from asr.decoder import WhisperDecoder
-from asr.models import load_asr, warm_up
-from asr.threads import PLACEMENT
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.decoder import WhisperDecoder
+from voxrelay.asr.models import load_asr, warm_up
+from voxrelay.asr.threads import PLACEMENT
 tasks = lambda: len(os.listdir("/proc/self/task"))
 config = ASRConfig(model="auto")
 models = load_asr(config)

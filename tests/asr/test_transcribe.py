@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soxr
 
-from asr.config import ASRConfig
-from asr.transcribe import transcribe_file
 from tests.asr.clipdata import read_clip
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.transcribe import transcribe_file
 
 WER_LIMIT = 0.15
 _UNITS = [

@@ -3,7 +3,7 @@ word boundary, and for whole ones (docs/asr.md, "Unfinished turns")."""
 
 import pytest
 
-from asr.turn_end import unfinished
+from voxrelay.asr.turn_end import unfinished
 
 
 @pytest.mark.parametrize(

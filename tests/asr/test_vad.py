@@ -2,8 +2,8 @@ from pathlib import Path
 
 import numpy as np
 
-from asr.vad import WINDOW_SAMPLES, StreamingVAD, load_vad_model
 from tests.asr.clipdata import read_clip
+from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD, load_vad_model
 
 
 def test_streaming_matches_faster_whisper_batch_vad(clips: Path) -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from asr.events import Partial
-from asr.worker import ASRHandler
-from ipc.records import AUDIO_FORMAT, Record, RecordKind, SampleFormat, Stamp
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence, trim
+from voxrelay.asr.events import Partial
+from voxrelay.asr.worker import ASRHandler
+from voxrelay.ipc.records import AUDIO_FORMAT, Record, RecordKind, SampleFormat, Stamp
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as the pipeline's sources send it
 FRAME_NS = 20_000_000

@@ -5,8 +5,8 @@ Usage: ring_echo.py IN_MEM IN_DOOR IN_SPACE OUT_MEM OUT_DOOR OUT_SPACE PARENT_PI
 
 import sys
 
-from ipc.records import RecordKind
-from ipc.ring import Consumer, PeerDied, Producer, RingFds
+from voxrelay.ipc.records import RecordKind
+from voxrelay.ipc.ring import Consumer, PeerDied, Producer, RingFds
 
 fds = [int(x) for x in sys.argv[1:7]]
 parent = int(sys.argv[7])

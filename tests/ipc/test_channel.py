@@ -4,8 +4,15 @@ import time
 
 import pytest
 
-from ipc.channel import ChannelSpec, make_channel, open_receiver, open_sender
-from ipc.records import HEADER_BYTES, RecordKind, decode, encode, split_text_pair, text_pair
+from voxrelay.ipc.channel import ChannelSpec, make_channel, open_receiver, open_sender
+from voxrelay.ipc.records import (
+    HEADER_BYTES,
+    RecordKind,
+    decode,
+    encode,
+    split_text_pair,
+    text_pair,
+)
 
 
 @pytest.mark.parametrize("transport", ["shm", "zmq"])

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipc.records import RecordKind
-from ipc.ring import Consumer, PeerDied, Producer, RingFull, create_ring
+from voxrelay.ipc.records import RecordKind
+from voxrelay.ipc.ring import Consumer, PeerDied, Producer, RingFull, create_ring
 
 ECHO = Path(__file__).with_name("ring_echo.py")
 

@@ -18,9 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ipc.records import HEADER, HEADER_BYTES, Record, RecordKind, decode, padded, split_text_pair
-from ipc.ring import CONTROL_BYTES, Consumer, Producer, RingCorrupt, create_ring
 from tests.soak import bounded_resources, examples
+from voxrelay.ipc.records import (
+    HEADER,
+    HEADER_BYTES,
+    Record,
+    RecordKind,
+    decode,
+    padded,
+    split_text_pair,
+)
+from voxrelay.ipc.ring import CONTROL_BYTES, Consumer, Producer, RingCorrupt, create_ring
 
 pytestmark = pytest.mark.soak
 

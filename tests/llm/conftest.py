@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.gguf_loader import GGUFFile, read_tokenizer_data
-from llm.tokenizer import ChatTokenizer
-from pipeline.models import asset_path
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.gguf_loader import GGUFFile, read_tokenizer_data
+from voxrelay.llm.tokenizer import ChatTokenizer
+from voxrelay.pipeline.models import asset_path
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +62,9 @@ def engine(shared_engine: LLMEngine) -> Iterator[LLMEngine]:
 def llm_server(model_path: Path) -> Iterator[str]:
     """A real `voxrelay llm-serve` subprocess (float32 decode, like `shared_engine`, so
     its greedy text can be compared token for token); yields its /v1 base URL."""
-    command = [sys.executable, "-m", "pipeline.cli", "llm-serve", "--port", "0", "--threads",
-               "2", "--decode-dtype", "same", "--model-path", str(model_path)]  # fmt: skip
+    command = [sys.executable, "-m", "voxrelay.pipeline.cli", "llm-serve", "--port", "0",
+               "--threads", "2", "--decode-dtype", "same",
+               "--model-path", str(model_path)]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ipc.records import TOKEN_ID, Record, RecordKind
-from llm.worker import LLMHandler
+from voxrelay.ipc.records import TOKEN_ID, Record, RecordKind
+from voxrelay.llm.worker import LLMHandler
 
 
 class FakeSender:

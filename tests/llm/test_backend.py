@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from llm.backend import REPLY_HEADER, create_backend
-from llm.config import LLMConfig
-from llm.dialogue import HISTORY_LOW_WATER, Dialogue, llm_config
-from llm.engine import LLMEngine
-from llm.native_backend import NativeBackend
+from voxrelay.llm.backend import REPLY_HEADER, create_backend
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.dialogue import HISTORY_LOW_WATER, Dialogue, llm_config
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.native_backend import NativeBackend
 
 
 def run(backend: NativeBackend, request_id: int) -> list[int]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from llm import block_manager as bm
-from llm.block_manager import BlockManager
-from llm.sequence import Sequence
-from llm.tokenizer import IncrementalDetokenizer
+from voxrelay.llm import block_manager as bm
+from voxrelay.llm.block_manager import BlockManager
+from voxrelay.llm.sequence import Sequence
+from voxrelay.llm.tokenizer import IncrementalDetokenizer
 
 BLOCK = 4
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm import kernels
-from llm.config import LLMConfig
-from llm.engine import LLMEngine, resolve_decode_weights
-from llm.gguf_loader import GGUFFile
-from llm.model import BLOCK_DECODE_MAX_TOKENS
-from llm.weights import BlockWeight, PackedWeight, linear
+from voxrelay.llm import kernels
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine, resolve_decode_weights
+from voxrelay.llm.gguf_loader import GGUFFile
+from voxrelay.llm.model import BLOCK_DECODE_MAX_TOKENS
+from voxrelay.llm.weights import BlockWeight, PackedWeight, linear
 
 
 def _cpu_flags() -> set[str]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
+from voxrelay.llm.config import LLMConfig, OpenAIBackendConfig, VLLMBackendConfig
 
 MODEL = Path("model.gguf")
 

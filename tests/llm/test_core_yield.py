@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from llm.core_yield import CoreYield
+from voxrelay.llm.core_yield import CoreYield
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm.config import LLMConfig
-from llm.cuda_graphs import batch_buckets, sample_on_device
-from llm.engine import LLMEngine
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.cuda_graphs import batch_buckets, sample_on_device
+from voxrelay.llm.engine import LLMEngine
 
 QUESTIONS = (
     "What is the capital of France?",

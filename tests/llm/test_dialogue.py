@@ -1,6 +1,6 @@
 """Dialogue memory: a cut reply is kept as what the user heard of it."""
 
-from llm.dialogue import Dialogue
+from voxrelay.llm.dialogue import Dialogue
 
 
 def test_a_finished_reply_that_was_cut_while_playing_is_replaced_by_what_was_heard():

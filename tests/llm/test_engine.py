@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.sequence import TokenOutput
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.sequence import TokenOutput
 
 QUESTION = "What is the capital of France?"
 

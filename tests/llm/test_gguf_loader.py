@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize
 
-from llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
+from voxrelay.llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
 
 
 def test_hparams(gguf_file: GGUFFile) -> None:

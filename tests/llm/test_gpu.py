@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
 
 pytestmark = pytest.mark.gpu
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llm import kernels
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
+from voxrelay.llm import kernels
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs llm/csrc + AVX2")
 
@@ -62,7 +62,7 @@ def test_rms_norm_matches_torch(shape: tuple[int, ...]) -> None:
 
 
 def test_kernels_reject_shapes_they_cannot_run() -> None:
-    from llm import _kernels
+    from voxrelay.llm import _kernels
 
     x = torch.zeros(1, 40)
     with pytest.raises(ValueError, match="multiple of 32"):

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from llm.backend import NO_TOKEN_ID, REPLY_HEADER
-from llm.config import LLMConfig, OpenAIBackendConfig
-from llm.engine import LLMEngine
-from llm.openai_backend import OpenAIBackend
-from llm.sequence import TokenOutput
+from voxrelay.llm.backend import NO_TOKEN_ID, REPLY_HEADER
+from voxrelay.llm.config import LLMConfig, OpenAIBackendConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.openai_backend import OpenAIBackend
+from voxrelay.llm.sequence import TokenOutput
 
 HISTORY = [
     {"role": "user", "content": "I'm planning a weekend trip to the mountains."},

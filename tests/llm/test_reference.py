@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.gguf_loader import GGUFFile, read_hparams
-from llm.model import LlamaModel
-from llm.tokenizer import ChatTokenizer
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.gguf_loader import GGUFFile, read_hparams
+from voxrelay.llm.model import LlamaModel
+from voxrelay.llm.tokenizer import ChatTokenizer
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.repeats import banned_tokens
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.repeats import banned_tokens
 
 # Base's transcripts of librivox/0880 and 0920: greedy SmolLM2 answers both with a loop
 # ("I'm glad to hear that. I'm glad to hear that.").

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ipc.records import FINAL_INFO, RecordKind
-from llm.sentences import SentenceLimit, sentence_starts, within
 from tests.llm.stage import record, stage_reply
+from voxrelay.ipc.records import FINAL_INFO, RecordKind
+from voxrelay.llm.sentences import SentenceLimit, sentence_starts, within
 
 
 def test_sentence_starts_skip_abbreviations_decimals_and_keep_closers() -> None:

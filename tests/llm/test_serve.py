@@ -10,11 +10,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from llm.engine import LLMEngine
-from llm.engine_thread import EngineThread, StreamItem
-from llm.openai_api import APIError, ServedModel, parse_request
-from llm.sequence import TokenOutput
-from llm.tokenizer import ChatTokenizer
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.engine_thread import EngineThread, StreamItem
+from voxrelay.llm.openai_api import APIError, ServedModel, parse_request
+from voxrelay.llm.sequence import TokenOutput
+from voxrelay.llm.tokenizer import ChatTokenizer
 
 SERVED = ServedModel("smollm2", temperature=0.0, top_k=0, max_new_tokens=60)
 QUESTIONS = ("What is the capital of France?", "Name a large animal.", "What colour is grass?")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm.tokenizer import ChatTokenizer
+from voxrelay.llm.tokenizer import ChatTokenizer
 
 TRICKY_TEXTS = [
     "Hello, world!",

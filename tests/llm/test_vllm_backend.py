@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from llm.backend import REPLY_HEADER, create_backend
-from llm.config import LLMConfig, VLLMBackendConfig
+from voxrelay.llm.backend import REPLY_HEADER, create_backend
+from voxrelay.llm.config import LLMConfig, VLLMBackendConfig
 
 
 def test_without_vllm_choosing_it_is_a_clear_error(model_path: Path) -> None:
@@ -24,9 +24,9 @@ def test_without_vllm_choosing_it_is_a_clear_error(model_path: Path) -> None:
         pytest.skip("vLLM is installed here")
     with pytest.raises(ValueError, match="needs vLLM, which is not installed"):
         create_backend(LLMConfig(model_path, backend="vllm"))
-    import llm.worker  # the stage and the other backends do not need it
+    import voxrelay.llm.worker  # the stage and the other backends do not need it
 
-    assert llm.worker.LLMHandler is not None
+    assert voxrelay.llm.worker.LLMHandler is not None
 
 
 @dataclass

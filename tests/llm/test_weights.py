@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llm.config import LLMConfig
-from llm.engine import LLMEngine
-from llm.model import DECODE_MAX_TOKENS, UNPACKED_DECODE_MAX_TOKENS
-from llm.weights import PackedWeight, can_pack, linear
+from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.model import DECODE_MAX_TOKENS, UNPACKED_DECODE_MAX_TOKENS
+from voxrelay.llm.weights import PackedWeight, can_pack, linear
 
 pytestmark = pytest.mark.skipif(
     not can_pack(torch.float32, torch.device("cpu")), reason="this torch build has no oneDNN"

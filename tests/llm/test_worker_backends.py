@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ipc.records import FINAL_INFO, RecordKind, text_pair
 from tests.llm.stage import record, stage_reply
+from voxrelay.ipc.records import FINAL_INFO, RecordKind, text_pair
 
 
 def reply(settings: dict[str, Any]) -> tuple[str, str]:

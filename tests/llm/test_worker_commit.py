@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from ipc.records import FINAL_INFO, Record, RecordKind, Stamp
-from llm.worker import LLMHandler
 from tests.llm.stage import FakeSender
+from voxrelay.ipc.records import FINAL_INFO, Record, RecordKind, Stamp
+from voxrelay.llm.worker import LLMHandler
 
 
 class CommitEvents:

@@ -2,10 +2,10 @@ import os
 
 import pytest
 
-from pipeline.audio_io import read_clip
-from pipeline.config import PipelineConfig
 from tests.pipeline.pipeline_thread import PipelineThread
 from tests.pipeline.serve_process import ServeProcess
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.config import PipelineConfig
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,9 @@ from typing import Any
 
 import psutil
 
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.supervisor import STAGES, Supervisor
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.supervisor import STAGES, Supervisor
 
 
 class PipelineThread:

@@ -31,7 +31,17 @@ class ServeProcess:
         # server and all its children, which a standby still loading would inflate. The
         # standby is tested through the Pipeline (test_reliability.py).
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "-v", "serve", "--port", "0", "--token", TOKEN]
+            [
+                sys.executable,
+                "-m",
+                "voxrelay.pipeline.cli",
+                "-v",
+                "serve",
+                "--port",
+                "0",
+                "--token",
+                TOKEN,
+            ]
             + ["--trace", str(self.trace_path), "--no-warm-standby", *extra],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -55,8 +65,8 @@ class ServeProcess:
         found = {}
         for child in psutil.Process(self.process.pid).children():
             cmdline = child.cmdline()
-            if "pipeline.worker" in cmdline:
-                found[cmdline[cmdline.index("pipeline.worker") + 1]] = child.pid
+            if "voxrelay.pipeline.worker" in cmdline:
+                found[cmdline[cmdline.index("voxrelay.pipeline.worker") + 1]] = child.pid
         return found
 
     def rss_bytes(self) -> int:

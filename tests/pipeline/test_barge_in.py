@@ -8,11 +8,11 @@ import time
 import jiwer
 import pytest
 
-from pipeline.audio_io import Clip, read_clip
-from pipeline.barge_in import count_words
-from pipeline.config import PipelineConfig
-from pipeline.heard import CUT_MARK
-from pipeline.run import Pipeline
+from voxrelay.pipeline.audio_io import Clip, read_clip
+from voxrelay.pipeline.barge_in import count_words
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.heard import CUT_MARK
+from voxrelay.pipeline.run import Pipeline
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.barge_in import BargeInRule, count_words
+from voxrelay.pipeline.barge_in import BargeInRule, count_words
 
 
 def test_off_by_default_the_speech_start_cuts_at_once():

@@ -7,10 +7,10 @@ import signal
 import jiwer
 import pytest
 
-from ipc.records import Stamp
-from pipeline.audio_io import read_clip
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
+from voxrelay.ipc.records import Stamp
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
 
 pytestmark = pytest.mark.slow
 

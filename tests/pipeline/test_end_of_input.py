@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ipc.channel import (
+from tests.pipeline.pipeline_thread import NullSink
+from voxrelay.ipc.channel import (
     ChannelSpec,
     Receiver,
     Sender,
@@ -19,7 +20,7 @@ from ipc.channel import (
     open_receiver,
     open_sender,
 )
-from ipc.records import (
+from voxrelay.ipc.records import (
     AUDIO_FORMAT,
     STAMP_BODY,
     ControlOp,
@@ -28,10 +29,9 @@ from ipc.records import (
     SampleFormat,
     Stamp,
 )
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.supervisor import LAST_WORDS, Supervisor
-from tests.pipeline.pipeline_thread import NullSink
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.supervisor import LAST_WORDS, Supervisor
 
 
 def _events_ring(supervisor: Supervisor, stage: str) -> tuple[Sender, Receiver]:

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from pipeline.audio_io import read_clip
 from tests.pipeline.serve_process import AUTH, TOKEN, one_turn
 from tests.soak import SOAK, examples
+from voxrelay.pipeline.audio_io import read_clip
 
 pytestmark = [pytest.mark.slow, pytest.mark.soak]
 

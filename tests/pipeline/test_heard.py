@@ -1,6 +1,6 @@
 """Played samples back to words: what the history keeps of a cut reply."""
 
-from pipeline.heard import CUT_MARK, Playback, heard_text
+from voxrelay.pipeline.heard import CUT_MARK, Playback, heard_text
 
 FRAGMENTS = [("Well,", 10_000), ("the capital of France is Paris.", 60_000), ("It is big.", 20_000)]
 

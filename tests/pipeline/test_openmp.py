@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE, SPIN_VARIABLE
+from voxrelay.pipeline.openmp import DEFAULT_POLICY, POLICY_VARIABLE, SPIN_VARIABLE
 
 
 def _after_default(extra: dict[str, str]) -> str:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-from pipeline.otel import TurnSpans, exporter_from_env  # noqa: E402
+from voxrelay.pipeline.otel import TurnSpans, exporter_from_env  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces.jsonl"
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +79,8 @@ def test_a_failed_turn_has_an_error_status():
 
 def test_nothing_is_imported_without_the_variables():
     code = (
-        "import sys; import pipeline.run; from pipeline.otel import exporter_from_env; "
+        "import sys; import voxrelay.pipeline.run; "
+        "from voxrelay.pipeline.otel import exporter_from_env; "
         "assert exporter_from_env() is None; "
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'"
     )

@@ -13,10 +13,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
-from ipc.records import RecordKind, Stamp
-from ipc.ring import Producer
-from pipeline.audio_io import read_clip
-from pipeline.ws import ServerConfig, VoiceServer
 from tests.pipeline.pipeline_thread import (
     NullSink,
     PipelineThread,
@@ -24,6 +20,10 @@ from tests.pipeline.pipeline_thread import (
     stage_children,
     wait_standbys,
 )
+from voxrelay.ipc.records import RecordKind, Stamp
+from voxrelay.ipc.ring import Producer
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.ws import ServerConfig, VoiceServer
 
 pytestmark = pytest.mark.slow
 

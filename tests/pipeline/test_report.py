@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.report import PERCENTILES, load_rows, render_html, summarize
+from voxrelay.pipeline.report import PERCENTILES, load_rows, render_html, summarize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces.jsonl"
 VOID = {"meta", "br", "img", "input", "link", "hr"}
@@ -63,7 +63,7 @@ def test_the_cli_writes_a_self_contained_page_and_a_png(tmp_path):
     page = tmp_path / "out" / "report.html"
     page.parent.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "report", str(traces), "-o", str(page)],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "report", str(traces), "-o", str(page)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -108,7 +108,15 @@ def test_a_file_that_is_not_traces_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"turn": 1}\nnot json\n')
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "report", str(bad), "-o", str(tmp_path / "r.html")],
+        [
+            sys.executable,
+            "-m",
+            "voxrelay.pipeline.cli",
+            "report",
+            str(bad),
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.audio_io import read_clip
-from pipeline.sequential import SequentialPipeline
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.sequential import SequentialPipeline
 
 pytestmark = pytest.mark.slow
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, SampleFormat, Stamp
-from pipeline.session import Session
-from pipeline.trace import TraceSink, TurnTrace
 from tests.pipeline.pipeline_thread import NullSink
+from voxrelay.ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, SampleFormat, Stamp
+from voxrelay.pipeline.session import Session
+from voxrelay.pipeline.trace import TraceSink, TurnTrace
 
 RATE = 22_050
 

@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
-from pipeline.audio_io import read_clip
 from tests.pipeline.pipeline_thread import fd_census, stage_children, wait_standbys
 from tests.soak import SOAK
+from voxrelay.pipeline.audio_io import read_clip
 
 pytestmark = [pytest.mark.slow, pytest.mark.soak]
 

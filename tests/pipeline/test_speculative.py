@@ -7,15 +7,15 @@ import asyncio
 import numpy as np
 import pytest
 
-from ipc.records import STAMP_BODY, Record, RecordKind, Stamp
-from pipeline.audio_io import Clip, read_clip
-from pipeline.commit_gate import CommitGate
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.session import Session
-from pipeline.trace import TraceSink
 from tests.asr.clipdata import voiced_span
 from tests.pipeline.pipeline_thread import NullSink
+from voxrelay.ipc.records import STAMP_BODY, Record, RecordKind, Stamp
+from voxrelay.pipeline.audio_io import Clip, read_clip
+from voxrelay.pipeline.commit_gate import CommitGate
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.session import Session
+from voxrelay.pipeline.trace import TraceSink
 
 
 def test_gate_holds_until_commit_and_drops_on_retract() -> None:

@@ -3,7 +3,7 @@
 import logging
 import tempfile
 
-from pipeline.stage_process import StageLogs
+from voxrelay.pipeline.stage_process import StageLogs
 
 
 def test_a_clean_run_removes_its_private_log_dir(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from pipeline.status import StageStatus
+from voxrelay.pipeline.status import StageStatus
 
 # A carry through every byte: a byte-wise copy racing a read would mix the two.
 BEFORE, AFTER = 0x00FF_FFFF_FFFF_FFFF, 0x0100_0000_0000_0000
@@ -16,7 +16,7 @@ BEFORE, AFTER = 0x00FF_FFFF_FFFF_FFFF, 0x0100_0000_0000_0000
 # the fork, and a hung child then hangs the interpreter's exit (CI hit exactly that).
 _FLIP = f"""
 import sys, time
-from pipeline.status import StageStatus
+from voxrelay.pipeline.status import StageStatus
 status = StageStatus.attach(int(sys.argv[1]))
 deadline = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < deadline:

@@ -4,8 +4,8 @@ import json
 import re
 from pathlib import Path
 
-from ipc.records import Stamp
-from pipeline.trace import TurnTrace
+from voxrelay.ipc.records import Stamp
+from voxrelay.pipeline.trace import TurnTrace
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "traces.jsonl"

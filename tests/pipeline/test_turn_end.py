@@ -8,12 +8,12 @@ import asyncio
 import numpy as np
 import pytest
 
-from asr.config import ASRConfig
-from asr.models import load_asr
-from pipeline.audio_io import Clip
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
 from tests.asr.clipdata import pause_after_second_of
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.models import load_asr
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
 
 
 @pytest.mark.slow

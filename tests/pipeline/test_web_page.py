@@ -21,7 +21,7 @@ from pathlib import Path
 import jiwer
 import pytest
 
-from pipeline.audio_io import read_clip
+from voxrelay.pipeline.audio_io import read_clip
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -43,7 +43,7 @@ def _normalise(text: str) -> str:
 def serve_url(clips_dir, tmp_path):
     """`voxrelay serve` as a real process on a free port of 127.0.0.1."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "serve", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -16,13 +16,13 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from pipeline.audio_io import read_clip
-from pipeline.config import PipelineConfig
-from pipeline.models import asset_path
-from pipeline.run import Pipeline
-from pipeline.ws import ServerConfig, VoiceServer
-from tts.config import TTSConfig
-from tts.voice import Voice
+from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.models import asset_path
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.ws import ServerConfig, VoiceServer
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.voice import Voice
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -512,10 +512,10 @@ def test_speech_over_the_turn_limit_gets_turn_too_long_and_1008(server, clips_di
 def test_a_pause_after_unfinished_words_is_held_and_the_client_told(server, clips_dir):
     """cards/005 with 600 ms of silence after "eight of spades, four of": one turn, a
     `speech.held` event for the pause, and the trace counts it (asr/turn_end.py)."""
-    from asr.config import ASRConfig
-    from asr.models import load_asr
-    from pipeline.audio_io import Clip
     from tests.asr.clipdata import pause_after_second_of
+    from voxrelay.asr.config import ASRConfig
+    from voxrelay.asr.models import load_asr
+    from voxrelay.pipeline.audio_io import Clip
 
     whisper = load_asr(ASRConfig(model="tiny.en")).whisper["tiny.en"]
     audio, _ = pause_after_second_of(clips_dir, whisper)

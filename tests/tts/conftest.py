@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.models import asset_path
-from tts.config import TTSConfig
-from tts.voice import Voice
+from voxrelay.pipeline.models import asset_path
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.voice import Voice
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tts.chunker import Chunker
-from tts.config import TTSConfig
+from voxrelay.tts.chunker import Chunker
+from voxrelay.tts.config import TTSConfig
 
 
 def feed(config: TTSConfig, deltas: Iterable[str]) -> list[tuple[int, str]]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tts.config import TTSConfig
+from voxrelay.tts.config import TTSConfig
 
 
 def test_defaults_are_valid_and_str_path_is_accepted(voice_dir: Path) -> None:

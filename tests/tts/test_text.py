@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tts.text import clean_for_speech
+from voxrelay.tts.text import clean_for_speech
 
 
 @pytest.mark.parametrize(

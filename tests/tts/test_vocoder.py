@@ -10,10 +10,10 @@ import pytest
 from piper import PiperVoice
 from piper.config import PiperConfig
 
-from tts.audio import LEAD_KEEP_MS, SILENCE_LEVEL, TAIL_KEEP_MS, SentenceShaper
-from tts.config import TTSConfig
-from tts.vocoder import MIN_LAST_CHUNK_FRAMES, SplitVoiceModel, chunk_bounds, onnx_session
-from tts.voice import Voice
+from voxrelay.tts.audio import LEAD_KEEP_MS, SILENCE_LEVEL, TAIL_KEEP_MS, SentenceShaper
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.vocoder import MIN_LAST_CHUNK_FRAMES, SplitVoiceModel, chunk_bounds, onnx_session
+from voxrelay.tts.voice import Voice
 
 TEXT = "Sure, the ten of clubs is yours. He was a young man who had a lot of potential."
 

@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from tts.audio import AudioChunk
-from tts.config import TTSConfig
-from tts.voice import Voice
+from voxrelay.tts.audio import AudioChunk
+from voxrelay.tts.config import TTSConfig
+from voxrelay.tts.voice import Voice
 
 REPLY = (
     "Sure, I can help with that. The weather today is sunny, with a high of 25 degrees, "

@@ -4,8 +4,8 @@ sends and lets a test play reply audio into the call's sink. Sessions are real
 
 from dataclasses import dataclass, field
 
-from pipeline.session import Session
-from pipeline.trace import TraceSink
+from voxrelay.pipeline.session import Session
+from voxrelay.pipeline.trace import TraceSink
 
 
 @dataclass

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from pipeline.audio_io import read_clip, write_wav
-from pipeline.sip import g711
-from pipeline.sip.dtmf import build_event
-from pipeline.sip.rtp import RtpPacket
+from voxrelay.pipeline.audio_io import read_clip, write_wav
+from voxrelay.pipeline.sip import g711
+from voxrelay.pipeline.sip.dtmf import build_event
+from voxrelay.pipeline.sip.rtp import RtpPacket
 
 SIPP = "/usr/bin/sipp"
 BARESIP = "/usr/bin/baresip"

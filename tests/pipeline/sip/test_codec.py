@@ -3,10 +3,16 @@
 import numpy as np
 import pytest
 
-from pipeline.sip import g711
-from pipeline.sip.dtmf import DtmfReceiver, build_event, parse_event
-from pipeline.sip.rtp import JitterBuffer, RtpPacket, parse_packet, seq_distance
-from pipeline.sip.sdp import accept_answer, build_answer, build_offer, negotiate, parse_offer
+from voxrelay.pipeline.sip import g711
+from voxrelay.pipeline.sip.dtmf import DtmfReceiver, build_event, parse_event
+from voxrelay.pipeline.sip.rtp import JitterBuffer, RtpPacket, parse_packet, seq_distance
+from voxrelay.pipeline.sip.sdp import (
+    accept_answer,
+    build_answer,
+    build_offer,
+    negotiate,
+    parse_offer,
+)
 
 # ITU-T G.711 reference values (Sun g711.c / CCITT tables).
 MULAW = {0: 0xFF, -1: 0x7E, 1000: 0xCE, -1000: 0x4E, 32767: 0x80, -32768: 0x00, 100: 0xF2}

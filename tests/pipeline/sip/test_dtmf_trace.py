@@ -5,11 +5,11 @@ records of each turn into the call's real `Session` (fake pipeline, no models)."
 import asyncio
 import time
 
-from ipc.records import STAMP_BODY, Record, RecordKind, Stamp
-from pipeline.sip.caller import Caller
-from pipeline.sip.config import SipConfig
-from pipeline.sip.server import SipServer
 from tests.pipeline.sip.fake import FakePipeline
+from voxrelay.ipc.records import STAMP_BODY, Record, RecordKind, Stamp
+from voxrelay.pipeline.sip.caller import Caller
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.server import SipServer
 
 
 def run(coro):

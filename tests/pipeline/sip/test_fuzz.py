@@ -16,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.sip.audiosocket import AudioSocketServer, Kind, frame
-from pipeline.sip.config import SipConfig
-from pipeline.sip.message import parse
-from pipeline.sip.server import SipServer
 from tests.pipeline.sip.fake import FakePipeline
 from tests.pipeline.sip.test_server import _exchange
 from tests.soak import bounded_resources, examples
+from voxrelay.pipeline.sip.audiosocket import AudioSocketServer, Kind, frame
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.message import parse
+from voxrelay.pipeline.sip.server import SipServer
 
 pytestmark = pytest.mark.soak
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline.sip.config import SipConfig, from_cli, parse_listen
-from pipeline.sip.message import parse, parse_lenient, response, uri_of
+from voxrelay.pipeline.sip.config import SipConfig, from_cli, parse_listen
+from voxrelay.pipeline.sip.message import parse, parse_lenient, response, uri_of
 
 INVITE = (
     "INVITE sip:bot@127.0.0.1:5060 SIP/2.0\r\n"

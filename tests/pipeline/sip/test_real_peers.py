@@ -13,15 +13,6 @@ import jiwer
 import numpy as np
 import pytest
 
-from asr.config import ASRConfig
-from asr.transcribe import transcribe_file
-from ipc.records import Stamp
-from pipeline.config import PipelineConfig
-from pipeline.run import Pipeline
-from pipeline.sip.audiosocket import AudioSocketServer, Kind, frame, read_frame
-from pipeline.sip.caller import Caller
-from pipeline.sip.config import SipConfig
-from pipeline.sip.server import SipServer
 from tests.pipeline.sip.peers import (
     BARESIP,
     INVITE,
@@ -45,6 +36,15 @@ from tests.pipeline.sip.peers import (
     write_8k_wav,
     write_pcap,
 )
+from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.transcribe import transcribe_file
+from voxrelay.ipc.records import Stamp
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.sip.audiosocket import AudioSocketServer, Kind, frame, read_frame
+from voxrelay.pipeline.sip.caller import Caller
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.server import SipServer
 
 pytestmark = pytest.mark.slow
 

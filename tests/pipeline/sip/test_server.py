@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.sip.caller import Caller
-from pipeline.sip.config import SipConfig
-from pipeline.sip.message import parse
-from pipeline.sip.server import SipServer
-from pipeline.trace import TurnTrace
 from tests.pipeline.sip.fake import FakePipeline
+from voxrelay.pipeline.sip.caller import Caller
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.message import parse
+from voxrelay.pipeline.sip.server import SipServer
+from voxrelay.pipeline.trace import TurnTrace
 
 TONE = (np.sin(np.arange(8000) * 2 * np.pi * 440 / 8000) * 8000).astype("<i2").tobytes()
 

@@ -4,8 +4,6 @@ allowlist, a late offer whose ACK brings no answer we can take. All on 127.0.0.1
 
 import pytest
 
-from pipeline.sip.config import SipConfig
-from pipeline.sip.server import SipServer
 from tests.pipeline.sip.fake import FakePipeline
 from tests.pipeline.sip.peers import (
     ANSWER_BYE,
@@ -20,6 +18,8 @@ from tests.pipeline.sip.peers import (
     missing,
     run_sipp,
 )
+from voxrelay.pipeline.sip.config import SipConfig
+from voxrelay.pipeline.sip.server import SipServer
 
 pytestmark = pytest.mark.skipif(missing(SIPP) is not None, reason=str(missing(SIPP)))
 
