@@ -10,9 +10,20 @@ import os
 import sys
 from pathlib import Path
 
+from voxrelay.pipeline.cli_flags import (
+    LLM_SERVE_FLAGS,
+    MIC_FLAGS,
+    SERVE_FLAGS,
+    STAGE_FLAGS,
+    add_settings_flags,
+    phone_flags,
+    phone_specs,
+    settings_from_args,
+)
 from voxrelay.pipeline.config import MODES
 from voxrelay.pipeline.models import ModelError
 from voxrelay.pipeline.openmp import prefer_passive_openmp
+from voxrelay.pipeline.settings import COMMANDS
 
 # Before any OpenMP runtime loads (stage libraries are imported lazily below): the
 # sequential and naive modes run Whisper, the LLM and Piper in this very process.
@@ -39,16 +50,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from voxrelay.pipeline.audio_io import read_clip
     from voxrelay.pipeline.demo import run_once
 
+    specs = (*STAGE_FLAGS, ("transport", "pipeline", "transport"))
+    pipeline_config = settings_from_args("run", args, specs).pipeline_config()
     clip = read_clip(Path(args.input))
+    trace = Path(args.trace) if args.trace else None
     row = asyncio.run(
-        run_once(
-            clip,
-            Path(args.output),
-            args.mode,
-            Path(args.trace) if args.trace else None,
-            args.transport,
-            args.output_rate,
-        )
+        run_once(clip, Path(args.output), args.mode, trace, pipeline_config, args.output_rate)
     )
     if args.json:
         print(json.dumps(row))
@@ -56,90 +63,61 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from voxrelay.pipeline.config import PipelineConfig
-    from voxrelay.pipeline.ws import ServerConfig, serve_forever
+    from voxrelay.pipeline.ws import serve_forever
 
-    config = ServerConfig(
-        host=args.host,
-        port=args.port,
-        token=args.token or os.environ.get("VOXRELAY_TOKEN") or None,
-        allow_origins=tuple(args.allow_origin),
-        max_message_bytes=args.max_message_bytes,
-        max_sessions=args.max_sessions,
-        idle_timeout_s=args.idle_timeout,
-        max_turn_audio_s=args.max_turn_audio,
-    )
+    settings = settings_from_args("serve", args, (*STAGE_FLAGS, *SERVE_FLAGS))
     trace = Path(args.trace) if args.trace else None
-    pipeline_config = PipelineConfig(
-        transport=args.transport,
-        barge_in_min_words=args.barge_in_min_words,
-        warm_standby=args.warm_standby,
-    )
-    asyncio.run(serve_forever(config, pipeline_config, trace))
+    asyncio.run(serve_forever(settings.build("server"), settings.pipeline_config(), trace))
     return 0
 
 
 def _cmd_sip(args: argparse.Namespace) -> int:
-    from voxrelay.pipeline.config import PipelineConfig
-    from voxrelay.pipeline.sip.config import DEFAULT_PORT, from_cli
+    from voxrelay.pipeline.sip.config import DEFAULT_PORT
     from voxrelay.pipeline.sip.serve import serve_sip
 
-    config, _ = from_cli(
-        args.listen, DEFAULT_PORT, args.allow, args.max_calls, args.dtmf, args.transfer_to
-    )
+    extra = phone_flags(args, "sip", DEFAULT_PORT)
+    settings = settings_from_args("sip", args, phone_specs("sip"), extra)
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(serve_sip(config, PipelineConfig(warm_standby=args.warm_standby), trace))
+    asyncio.run(serve_sip(settings.build("sip"), settings.pipeline_config(), trace))
     return 0
 
 
 def _cmd_audiosocket(args: argparse.Namespace) -> int:
-    from voxrelay.pipeline.config import PipelineConfig
-    from voxrelay.pipeline.sip.config import DEFAULT_AUDIOSOCKET_PORT, from_cli
+    from voxrelay.pipeline.sip.config import DEFAULT_AUDIOSOCKET_PORT
     from voxrelay.pipeline.sip.serve import serve_audiosocket
 
-    config, listen = from_cli(
-        args.listen,
-        DEFAULT_AUDIOSOCKET_PORT,
-        args.allow,
-        args.max_calls,
-        args.dtmf,
-        args.transfer_to,
-    )
+    extra = phone_flags(args, "audiosocket", DEFAULT_AUDIOSOCKET_PORT)
+    settings = settings_from_args("audiosocket", args, phone_specs("audiosocket"), extra)
+    config = settings.build("audiosocket")
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(
-        serve_audiosocket(config, listen, PipelineConfig(warm_standby=args.warm_standby), trace)
-    )
+    listen = (config.host, config.port)
+    asyncio.run(serve_audiosocket(config, listen, settings.pipeline_config(), trace))
     return 0
 
 
 def _cmd_llm_serve(args: argparse.Namespace) -> int:
-    from voxrelay.llm.config import LLMConfig
-    from voxrelay.llm.serve import ServeConfig, serve_forever
-    from voxrelay.pipeline.models import asset_path
+    from voxrelay.llm.serve import serve_forever
 
-    model_path = Path(args.model_path) if args.model_path else asset_path("smollm2") / "model.gguf"
-    llm = LLMConfig(
-        model_path,
-        num_threads=args.threads,
-        decode_dtype=args.decode_dtype,
-        temperature=args.temperature,
-        max_num_seqs=args.max_num_seqs,
-    )
-    asyncio.run(serve_forever(llm, ServeConfig(args.host, args.port, args.served_model_name)))
+    # The native engine always: [llm] backend and its sub-tables are the pipeline's.
+    settings = settings_from_args("llm-serve", args, LLM_SERVE_FLAGS)
+    asyncio.run(serve_forever(settings.build("llm"), settings.build("llm_serve")))
     return 0
 
 
 def _cmd_mic(args: argparse.Namespace) -> int:
-    from voxrelay.pipeline.config import PipelineConfig
-    from voxrelay.pipeline.mic import MicConfig, device_arg, run_mic
+    from voxrelay.pipeline.mic import device_arg, run_mic
 
-    config = MicConfig(
-        input_device=device_arg(args.input_device),
-        output_device=device_arg(args.output_device),
-        full_duplex=args.full_duplex,
-    )
+    args.input_device = device_arg(args.input_device)
+    args.output_device = device_arg(args.output_device)
+    settings = settings_from_args("mic", args, (*STAGE_FLAGS, *MIC_FLAGS))
     trace = Path(args.trace) if args.trace else None
-    asyncio.run(run_mic(config, PipelineConfig(warm_standby=args.warm_standby), trace))
+    asyncio.run(run_mic(settings.build("mic"), settings.pipeline_config(), trace))
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    specs = STAGE_FLAGS if args.for_command != "llm-serve" else ()
+    print(settings_from_args(args.for_command, args, specs).describe(os.environ), end="")
     return 0
 
 
@@ -160,8 +138,8 @@ def _add_standby_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warm-standby",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="keep a loaded spare process per stage for fast recovery (one model copy each)",
+        help="keep a loaded spare process per stage for fast recovery (one model copy each; "
+        "on by default)",
     )
 
 
@@ -199,8 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--transport",
         choices=("shm", "zmq"),
-        default="shm",
-        help="stage-to-stage links: shared-memory rings or zmq over TCP",
+        help="stage-to-stage links: shared-memory rings (default) or zmq over TCP",
     )
     run.add_argument(
         "--output-rate",
@@ -209,51 +186,53 @@ def build_parser() -> argparse.ArgumentParser:
         help="reply sample rate (default: the voice's own, 22050 Hz)",
     )
     run.add_argument("--json", action="store_true", help="print the trace as one JSON line")
+    add_settings_flags(run)
     run.set_defaults(func=_cmd_run)
 
     serve = sub.add_parser("serve", help="WebSocket voice endpoint and browser page")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765)
+    # Flags left unset (None) leave the key to the environment, the file or the default.
+    serve.add_argument("--host", help="default: 127.0.0.1")
+    serve.add_argument("--port", type=int, help="default: 8765; 0: any free port")
     serve.add_argument("--token", help="require this bearer token (default: $VOXRELAY_TOKEN)")
     serve.add_argument(
         "--allow-origin",
         action="append",
-        default=[],
         metavar="ORIGIN",
         help="browser origin allowed besides the server's own (repeatable; '*' for any)",
     )
-    serve.add_argument("--max-sessions", type=int, default=16)
-    serve.add_argument("--max-message-bytes", type=int, default=1 << 20)
-    serve.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS")
-    serve.add_argument("--max-turn-audio", type=float, default=60.0, metavar="SECONDS")
+    serve.add_argument("--max-sessions", type=int, help="default: 16")
+    serve.add_argument("--max-message-bytes", type=int, help="default: 1048576")
+    serve.add_argument("--idle-timeout", type=float, metavar="SECONDS", help="default: 300")
+    serve.add_argument("--max-turn-audio", type=float, metavar="SECONDS", help="default: 60")
     serve.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
-    serve.add_argument("--transport", choices=("shm", "zmq"), default="shm")
+    serve.add_argument("--transport", choices=("shm", "zmq"), help="default: shm")
     serve.add_argument(
         "--barge-in-min-words",
         type=int,
-        default=0,
         metavar="N",
-        help="speech over a reply cuts it only once the ASR has heard N words (0: at once)",
+        help="speech over a reply cuts it only once the ASR has heard N words (default 0: at once)",
     )
     _add_standby_flag(serve)
+    add_settings_flags(serve)
     serve.set_defaults(func=_cmd_serve)
 
     llm_serve = sub.add_parser(
         "llm-serve", help="the LLM engine behind an OpenAI-compatible HTTP endpoint"
     )
-    llm_serve.add_argument("--host", default="127.0.0.1")
-    llm_serve.add_argument("--port", type=int, default=8000, help="0: any free port")
+    llm_serve.add_argument("--host", help="default: 127.0.0.1")
+    llm_serve.add_argument("--port", type=int, help="default: 8000; 0: any free port")
     llm_serve.add_argument("--model-path", help="GGUF file (default: the bundled SmolLM2)")
-    llm_serve.add_argument("--served-model-name", default="smollm2")
-    llm_serve.add_argument("--threads", type=int, default=None, help="CPU threads")
+    llm_serve.add_argument("--served-model-name", help="default: smollm2")
+    llm_serve.add_argument("--threads", type=int, help="CPU threads")
     llm_serve.add_argument(
         "--decode-dtype",
-        default="auto",
         choices=("auto", "gguf", "same", "float32", "bfloat16", "float16"),
-        help="weights of decode steps and prompt tails (auto: the GGUF blocks on a CPU)",
+        help="weights of decode steps and prompt tails (auto, the default: the GGUF blocks on "
+        "a CPU)",
     )
-    llm_serve.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    llm_serve.add_argument("--max-num-seqs", type=int, default=8, help="requests per batch")
+    llm_serve.add_argument("--temperature", type=float, help="default 0: greedy")
+    llm_serve.add_argument("--max-num-seqs", type=int, help="requests per batch (default: 8)")
+    add_settings_flags(llm_serve, stages=False)
     llm_serve.set_defaults(func=_cmd_llm_serve)
 
     mic = sub.add_parser("mic", help="talk through the local microphone and speakers")
@@ -262,10 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     mic.add_argument(
         "--full-duplex",
         action="store_true",
+        default=None,
         help="keep the microphone open during replies (headset; speech interrupts the reply)",
     )
     mic.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
     _add_standby_flag(mic)
+    add_settings_flags(mic)
     mic.set_defaults(func=_cmd_mic)
 
     for name, default, what in (
@@ -273,26 +254,37 @@ def build_parser() -> argparse.ArgumentParser:
         ("audiosocket", "127.0.0.1:9092", "serve Asterisk AudioSocket connections (TCP)"),
     ):
         phone = sub.add_parser(name, help=what)
-        phone.add_argument("--listen", default=default, metavar="HOST:PORT")
+        phone.add_argument("--listen", metavar="HOST:PORT", help=f"default: {default}")
         phone.add_argument(
             "--allow",
             action="append",
-            default=[],
             metavar="CIDR",
             help="source networks served (repeatable; default: loopback only)",
         )
-        phone.add_argument("--max-calls", type=int, default=16)
+        phone.add_argument("--max-calls", type=int, help="default: 16")
         phone.add_argument(
             "--dtmf",
             action="append",
-            default=[],
             metavar="DIGIT=ACTION",
             help="what a key does: hangup or transfer (default: '#=hangup', '0=transfer')",
         )
         phone.add_argument("--transfer-to", metavar="URI", help="REFER target of 'transfer'")
         phone.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
         _add_standby_flag(phone)
+        add_settings_flags(phone)
         phone.set_defaults(func=_cmd_sip if name == "sip" else _cmd_audiosocket)
+
+    config = sub.add_parser("config", help="print the merged settings and where each came from")
+    config.add_argument("action", choices=("show",))
+    config.add_argument(
+        "--for",
+        dest="for_command",
+        choices=COMMANDS,
+        default="serve",
+        help="the command whose settings to show (default: serve)",
+    )
+    add_settings_flags(config)
+    config.set_defaults(func=_cmd_config)
 
     models = sub.add_parser("models", help="provision or list the bundled models")
     models.add_argument("action", choices=("fetch", "list"))

@@ -17,7 +17,7 @@ async def run_once(
     output: Path,
     mode: str,
     trace_path: Path | None,
-    transport: str = "shm",
+    pipeline_config: PipelineConfig | None = None,
     output_rate: int | None = None,
 ) -> dict[str, Any]:
     if mode in ("sequential", "naive"):
@@ -29,7 +29,8 @@ async def run_once(
             traces.write(trace)
         traces.close()
     else:
-        async with Pipeline(PipelineConfig(transport=transport), trace_path) as pipeline:
+        config = pipeline_config or PipelineConfig()
+        async with Pipeline(config, trace_path) as pipeline:
             result = await pipeline.run_clip(clip)
     return report(result, output, output_rate)
 
