@@ -161,10 +161,12 @@ def read_file(path: str, tables: Sequence[str]) -> dict[tuple[str, str], Setting
         raise ValueError(f"{path}: not a readable TOML file: {exc}") from None
     found: dict[tuple[str, str], Setting] = {}
     for table, body in data.items():
+        if not isinstance(body, dict):
+            owners = [f"[{t}]" for t in tables if table in table_keys(t)] or ["its table"]
+            raise ValueError(f"{path}: key {table!r} is outside any table: put it under "
+                             f"{' or '.join(owners)}")  # fmt: skip
         if table not in TABLES:
             raise ValueError(f"{path}: unknown table [{table}] (known: {', '.join(TABLES)})")
-        if not isinstance(body, dict):
-            raise ValueError(f"{path}: {table} must be a table, [{table}], not a value")
         if table in tables:  # the other tables are checked by the commands that use them
             _read_table(path, table, body, "", table_keys(table), found)
     return found
