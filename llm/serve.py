@@ -6,12 +6,15 @@ concurrent clients share forward passes. A client that disconnects has its reque
 aborted at once (aiohttp cancels the handler; the `finally` sends the abort). `usage`
 reports `prompt_tokens_details.cached_tokens`, the prompt tokens the prefix cache
 served, as OpenAI and vLLM do: the `openai` backend's cache warming is checked on it.
+With `voxrelay -v llm-serve`, each finished request logs its prompt, cached and generated
+token counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,8 @@ from voxrelay.llm.openai_api import (
     usage,
 )
 from voxrelay.llm.sequence import TokenOutput
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +136,7 @@ class CompletionServer:
             parts.append(output.text)
             count += 1
         entry = choice("".join(parts), output.finish_reason, chat, streaming=False)
+        _log_usage(parsed, count, output)
         tokens = usage(len(parsed.prompt_ids), count, output.num_cached_tokens)
         body = {**head, "choices": [entry], "usage": tokens}
         return web.json_response(body)
@@ -160,12 +166,21 @@ class CompletionServer:
                 break
             output = _token(await stream.get())
             count += 1
+        _log_usage(parsed, count, output)
         if parsed.include_usage:
             tokens = usage(len(parsed.prompt_ids), count, output.num_cached_tokens)
             await response.write(_sse({**head, "choices": [], "usage": tokens}))
         await response.write(_sse("[DONE]"))
         await response.write_eof()
         return response
+
+
+def _log_usage(parsed: CompletionRequest, generated: int, last: TokenOutput) -> None:
+    # One line per finished request (`voxrelay -v llm-serve`): the prefix cache's share
+    # of each prompt, the warming requests (max_tokens 1) of the `openai` backend included.
+    log.info("completion: %d prompt tokens, %d cached, max_tokens %d, %d generated, %s",
+             len(parsed.prompt_ids), last.num_cached_tokens, parsed.max_tokens, generated,
+             last.finish_reason)  # fmt: skip
 
 
 def _token(item: StreamItem) -> TokenOutput:
