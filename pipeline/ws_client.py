@@ -72,7 +72,8 @@ class ClientSession:
         self.input_rate = input_rate
         self.output_rate = output_rate
         self._loop = asyncio.get_running_loop()
-        self._queue: deque[tuple[int, str | bytes]] = deque()  # (turn, message)
+        # (turn, message, reply audio bytes it carries at output_rate: 0 for an event)
+        self._queue: deque[tuple[int, str | bytes, int]] = deque()
         self._queued_audio_bytes = 0
         self._queue_max_audio_bytes = int(config.send_queue_audio_s * output_rate) * 2
         self._wake = asyncio.Event()
@@ -150,14 +151,35 @@ class ClientSession:
         self.send_event("response.done", turn=turn_id, status=status)
         self._audio_done.add(turn_id)
 
+    def announce(self) -> None:
+        """The first message: what this session is."""
+        self.send_event(
+            "session.created",
+            session_id=self.session_id,
+            sample_rate=self.input_rate,
+            output_sample_rate=self.output_rate,
+            max_message_bytes=self.config.max_message_bytes,
+        )
+
     # Outgoing queue.
 
     def send_event(self, event_type: str, turn: int = -1, **fields: Any) -> None:
         if turn >= 0:
             fields = {"turn": turn, **fields}
-        self._push(turn, json.dumps({"type": event_type, **fields}))
+        self.push_message(turn, json.dumps({"type": event_type, **fields}))
+
+    def send_error(self, code: str, message: str) -> None:
+        self.send_event("error", code=code, message=message)
+
+    def push_message(self, turn: int, text: str) -> None:
+        """A text message (not reply audio) to the outgoing queue."""
+        self._push(turn, text)
         if len(self._queue) > MAX_QUEUED_EVENTS:
             self.abort(CLOSE_POLICY, "client does not read its messages")
+
+    def encode_audio(self, turn_id: int, pcm16: bytes) -> str | bytes:
+        """Reply audio (PCM16 at `output_rate`) as the message that carries it."""
+        return pcm16
 
     def _send_audio(self, turn_id: int, pcm16: bytes) -> None:
         if not pcm16:
@@ -173,7 +195,7 @@ class ClientSession:
                 )
             return
         self._queued_audio_bytes += len(pcm16)
-        self._push(turn_id, pcm16)
+        self._push(turn_id, self.encode_audio(turn_id, pcm16), len(pcm16))
 
     def _check_stalled(self) -> None:
         """Stalled: the queue overflowed, and the client has taken nothing for
@@ -208,9 +230,9 @@ class ClientSession:
         sent = self._sent_bytes.get(turn_id, 0) // 2
         return sent * self._voice_rate // self.output_rate
 
-    def _push(self, turn_id: int, message: str | bytes) -> None:
+    def _push(self, turn_id: int, message: str | bytes, audio_bytes: int = 0) -> None:
         self.last_activity = self._loop.time()
-        self._queue.append((turn_id, message))
+        self._queue.append((turn_id, message, audio_bytes))
         self._drained.clear()
         self._wake.set()
 
@@ -224,12 +246,12 @@ class ClientSession:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            turn, message = self._queue.popleft()
+            turn, message, audio_bytes = self._queue.popleft()
             await self.connection.send(message)
             self._last_sent = self._loop.time()
-            if isinstance(message, bytes):
-                self._queued_audio_bytes -= len(message)
-                self._sent_bytes[turn] = self._sent_bytes.get(turn, 0) + len(message)
+            if audio_bytes:
+                self._queued_audio_bytes -= audio_bytes
+                self._sent_bytes[turn] = self._sent_bytes.get(turn, 0) + audio_bytes
                 if len(self._sent_bytes) > 4:  # only recent turns can still be cut
                     del self._sent_bytes[min(self._sent_bytes)]
 
@@ -246,13 +268,19 @@ class ClientSession:
     async def close_with_error(self, close_code: int, error_code: str, message: str) -> None:
         """An `error` event, then the close: the client learns why before the socket goes."""
         self.close_reason = message
-        self.send_event("error", code=error_code, message=message)
+        self.send_error(error_code, message)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._drained.wait(), 1.0)
         self._loop.call_later(CLOSE_GRACE_S, self.connection.transport.abort)
         await self.connection.close(close_code, message[:120])
 
     # Incoming messages.
+
+    async def on_message(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            await self.on_binary(message)
+        else:
+            self.on_json(message)
 
     async def on_binary(self, data: bytes) -> None:
         if len(data) % 2:
@@ -263,9 +291,13 @@ class ClientSession:
                 "bytes; this frame was dropped",
             )
             return
+        await self.feed_audio(data, self.input_rate)
+
+    async def feed_audio(self, pcm16: bytes, rate: int) -> None:
+        """Client audio to the ASR, within the per-turn speech limit."""
         if self.speech_bytes is not None:
-            self.speech_bytes += len(data)
-            limit = self.config.max_turn_audio_s * self.input_rate * 2
+            self.speech_bytes += len(pcm16)
+            limit = self.config.max_turn_audio_s * rate * 2
             if self.speech_bytes > limit:
                 await self.close_with_error(
                     CLOSE_POLICY,
@@ -273,7 +305,7 @@ class ClientSession:
                     f"one turn may carry at most {self.config.max_turn_audio_s:.0f} s of speech",
                 )
                 return
-        self.dropped_input_bytes += self.pipeline.send_audio(self.session_id, data, self.input_rate)
+        self.dropped_input_bytes += self.pipeline.send_audio(self.session_id, pcm16, rate)
 
     def on_json(self, text: str) -> None:
         try:
@@ -310,18 +342,23 @@ class ClientSession:
 
     def _clear_audio(self, floor: int) -> None:
         """Drop queued reply audio of turns before `floor` and tell the client to stop."""
-        kept: deque[tuple[int, str | bytes]] = deque()
-        for turn, queued in self._queue:
-            if isinstance(queued, bytes) and turn < floor:
-                self._queued_audio_bytes -= len(queued)
+        self.drop_audio_before(floor)
+        self.send_event("response.audio.clear", turn=floor)
+
+    def drop_audio_before(self, floor: int) -> None:
+        """Forget reply audio of turns before `floor`: queued, being resampled, sent."""
+        kept: deque[tuple[int, str | bytes, int]] = deque()
+        for entry in self._queue:
+            turn, _message, audio_bytes = entry
+            if audio_bytes and turn < floor:
+                self._queued_audio_bytes -= audio_bytes
             else:
-                kept.append((turn, queued))
+                kept.append(entry)
         self._queue = kept
         for turn in [t for t in self._resamplers if t < floor]:
             del self._resamplers[turn]
         for turn in [t for t in self._sent_bytes if t < floor]:
             del self._sent_bytes[turn]
-        self.send_event("response.audio.clear", turn=floor)
 
     def _on_session_update(self, message: dict[str, Any]) -> None:
         instructions = message.get("instructions")
