@@ -1,15 +1,21 @@
 """The `vllm` backend: vLLM's async engine inside the LLM stage process (CUDA only).
 
-Written against vLLM's documented API (`AsyncEngineArgs`, `AsyncLLM.from_engine_args`,
-`generate(prompt, sampling_params, request_id)` as an async iterator of
-`RequestOutput`s with cumulative text, `abort(request_id)`, `shutdown()`); it cannot run
-on the CPU-only development machine, so tests drive it with a stand-in module.
-Prefix caching and CUDA graphs (`enforce_eager=False`) are always on. Partial prompts
-warm vLLM's prefix cache with prefill-only requests (max_tokens=1), as the `openai`
-backend does over HTTP.
+Written against vLLM's V1 engine, the only one in current releases (`voxrelay[vllm]`
+pins 0.32.0, the newest that pins torch 2.13.0 as voxrelay does), and its module paths
+rather than the top-level re-exports: `vllm.engine.arg_utils.AsyncEngineArgs`,
+`vllm.v1.engine.async_llm.AsyncLLM.from_engine_args(args)`, `generate(prompt,
+sampling_params, request_id)` as an async generator of `RequestOutput`s, `abort(request_id)`
+(async) and `shutdown()`. `RequestOutputKind.DELTA` makes each output carry only the new
+text, so a reply is not re-sliced from its cumulative text at every token; every output
+carries `prompt_token_ids` and `num_cached_tokens` (the prefix-cache hits). Prefix caching
+and CUDA graphs (`enforce_eager=False`) are always on. Partial prompts warm vLLM's prefix
+cache with prefill-only requests (max_tokens=1), as the `openai` backend does over HTTP.
 
 Import-guarded: without vLLM installed, choosing this backend raises a ValueError that
-says so; nothing else imports this module.
+says so; nothing else imports this module. It cannot run on the CPU-only development
+machine: tests/llm/test_vllm_backend.py checks its calls against a stand-in module, the
+real package's import surface and signatures where vLLM is installed, and a real
+generation where CUDA is there too.
 """
 
 from __future__ import annotations
@@ -24,75 +30,76 @@ from voxrelay.llm.backend import STOP_TEXTS
 from voxrelay.llm.config import LLMConfig
 
 
+def engine_args(config: LLMConfig) -> dict[str, Any]:
+    """Keyword arguments of `AsyncEngineArgs` for this stage."""
+    settings = config.vllm
+    args: dict[str, Any] = {
+        "model": settings.model or str(config.model_path),
+        "enable_prefix_caching": True,
+        "enforce_eager": False,  # decode runs from CUDA graphs
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "max_model_len": config.max_context_tokens,
+        "max_num_seqs": config.max_num_seqs,
+        "seed": config.seed,
+    }
+    if settings.tokenizer:  # else the model's own (a GGUF file carries one)
+        args["tokenizer"] = settings.tokenizer
+    return args
+
+
+def sampling_params(config: LLMConfig, max_tokens: int) -> Any:
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+    extra: dict[str, Any] = {"top_k": config.top_k} if config.top_k > 0 else {}
+    if config.temperature > 0:
+        extra["seed"] = config.seed
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=config.temperature,
+        stop=list(STOP_TEXTS),
+        output_kind=RequestOutputKind.DELTA,
+        **extra,
+    )
+
+
 class VLLMBackend(AsyncBackend):
     def __init__(self, config: LLMConfig) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise ValueError(
-                "backend 'vllm' needs vLLM, which is not installed (pip install vllm on a "
-                "CUDA machine); use backend 'native', or 'openai' against a vLLM server"
+                "backend 'vllm' needs vLLM, which is not installed (pip install "
+                "'voxrelay[vllm]' on a CUDA machine); use backend 'native', or 'openai' "
+                "against a vLLM server"
             )
         self._engine: Any = None
         self._ids = itertools.count()
         super().__init__(config, config.vllm.warm_prefix)
 
-    def engine_args(self) -> dict[str, Any]:
-        settings, config = self.config.vllm, self.config
-        args: dict[str, Any] = {
-            "model": settings.model or str(config.model_path),
-            "enable_prefix_caching": True,
-            "enforce_eager": False,  # decode runs from CUDA graphs
-            "gpu_memory_utilization": settings.gpu_memory_utilization,
-            "max_model_len": config.max_context_tokens,
-            "max_num_seqs": config.max_num_seqs,
-            "seed": config.seed,
-        }
-        if settings.tokenizer:
-            args["tokenizer"] = settings.tokenizer
-        return args
-
     async def _start(self) -> None:
-        import vllm
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
 
-        try:
-            from vllm.v1.engine.async_llm import AsyncLLM as engine_class
-        except ImportError:  # releases before the V1 engine
-            engine_class = vllm.AsyncLLMEngine
-        self._engine = engine_class.from_engine_args(vllm.AsyncEngineArgs(**self.engine_args()))
+        # On this loop's thread: AsyncLLM starts its output handler on the running loop.
+        self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(self.config)))
 
     async def _stop(self) -> None:
-        shutdown = getattr(self._engine, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
-
-    def sampling_params(self, max_tokens: int) -> Any:
-        import vllm
-
-        extra: dict[str, Any] = {"top_k": self.config.top_k} if self.config.top_k > 0 else {}
-        if self.config.temperature > 0:
-            extra["seed"] = self.config.seed
-        return vllm.SamplingParams(
-            max_tokens=max_tokens,
-            temperature=self.config.temperature,
-            stop=list(STOP_TEXTS),
-            **extra,
-        )
+        if self._engine is not None:
+            self._engine.shutdown()
 
     async def _generate(self, prompt: str, max_tokens: int) -> AsyncIterator[Chunk]:
         request_id = f"voxrelay-{next(self._ids)}"
-        params = self.sampling_params(max_tokens)
-        sent = 0
+        params = sampling_params(self.config, max_tokens)
         finished = False
         try:
             async for output in self._engine.generate(prompt, params, request_id):
-                completion = output.outputs[0]
-                text, sent = completion.text[sent:], len(completion.text)
+                completion = output.outputs[0]  # DELTA: the text since the last output
                 if not output.finished:
-                    yield Chunk(text)
+                    yield Chunk(completion.text)
                     continue
                 finished = True
                 prompt_tokens = len(output.prompt_token_ids or ())
                 cached = output.num_cached_tokens or 0
-                yield Chunk(text, completion.finish_reason or "stop", prompt_tokens, cached)
+                yield Chunk(completion.text, completion.finish_reason or "stop", prompt_tokens,
+                            cached)  # fmt: skip
                 return
         finally:
             if not finished:  # cancelled (barge-in) or failed: free its KV now

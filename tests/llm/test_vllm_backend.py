@@ -1,10 +1,15 @@
-"""The `vllm` backend: a clear error without vLLM, and its use of vLLM's API checked
-against a stand-in module (vLLM needs CUDA; the development machine has none)."""
+"""The `vllm` backend: a clear error without vLLM; its use of vLLM's API checked against
+a stand-in module; where vLLM is installed, against the real package's names and
+signatures; where CUDA is there too, a real warmed generation (marked gpu)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import importlib.machinery
+import importlib.util
+import inspect
 import sys
 import time
 import types
@@ -17,10 +22,13 @@ import pytest
 
 from voxrelay.llm.backend import REPLY_HEADER, create_backend
 from voxrelay.llm.config import LLMConfig, VLLMBackendConfig
+from voxrelay.llm.vllm_backend import engine_args, sampling_params
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def test_without_vllm_choosing_it_is_a_clear_error(model_path: Path) -> None:
-    if "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None:
+    if HAS_VLLM:
         pytest.skip("vLLM is installed here")
     with pytest.raises(ValueError, match="needs vLLM, which is not installed"):
         create_backend(LLMConfig(model_path, backend="vllm"))
@@ -44,7 +52,7 @@ class FakeRequestOutput:
 
 
 class FakeEngine:
-    """Speaks the part of vLLM's AsyncLLMEngine API the backend uses."""
+    """Speaks the part of vLLM's AsyncLLM API the backend uses (DELTA outputs)."""
 
     instance: FakeEngine
 
@@ -62,12 +70,13 @@ class FakeEngine:
         self, prompt: str, params: Any, request_id: str
     ) -> AsyncIterator[FakeRequestOutput]:
         self.requests.append((prompt, params))
+        assert params.kwargs["output_kind"] is FakeOutputKind.DELTA
         words = ["Hello", " there", ",", " friend", "."] * 20
         for index in range(1, min(params.kwargs["max_tokens"], len(words)) + 1):
             await asyncio.sleep(0.005)
             done = index == params.kwargs["max_tokens"]
-            text = "".join(words[:index])
-            yield FakeRequestOutput([FakeCompletion(text, "length" if done else None)], done)
+            delta = words[index - 1]
+            yield FakeRequestOutput([FakeCompletion(delta, "length" if done else None)], done)
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
@@ -81,14 +90,29 @@ class Recorded:
         self.kwargs = kwargs
 
 
+class FakeOutputKind(enum.Enum):
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    module = types.ModuleType("vllm")
-    module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
-    module.AsyncEngineArgs = Recorded  # type: ignore[attr-defined]
-    module.SamplingParams = Recorded  # type: ignore[attr-defined]
-    module.AsyncLLMEngine = FakeEngine  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vllm", module)
+    """Stand-ins at the module paths the backend imports from (vLLM's own)."""
+    names = {
+        "vllm": {},
+        "vllm.engine": {},
+        "vllm.engine.arg_utils": {"AsyncEngineArgs": Recorded},
+        "vllm.sampling_params": {"SamplingParams": Recorded, "RequestOutputKind": FakeOutputKind},
+        "vllm.v1": {},
+        "vllm.v1.engine": {},
+        "vllm.v1.engine.async_llm": {"AsyncLLM": FakeEngine},
+    }
+    for name, attributes in names.items():
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        module.__dict__.update(attributes)
+        monkeypatch.setitem(sys.modules, name, module)
     yield
 
 
@@ -141,5 +165,57 @@ def test_abort_cancels_the_vllm_request(fake_vllm: None, model_path: Path) -> No
         while not FakeEngine.instance.aborted and time.monotonic() < deadline:
             time.sleep(0.01)
         assert FakeEngine.instance.aborted == ["voxrelay-0"]
+    finally:
+        backend.close()
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (pip install 'voxrelay[vllm]')")
+def test_the_real_vllm_has_the_names_and_signatures_the_backend_calls(model_path: Path) -> None:
+    from vllm import CompletionOutput, RequestOutput
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    config = LLMConfig(model_path, backend="vllm", top_k=20, temperature=0.7)
+    fields = {field.name for field in dataclasses.fields(AsyncEngineArgs)}
+    assert set(engine_args(config)) <= fields, set(engine_args(config)) - fields
+    AsyncEngineArgs(**engine_args(config))  # builds without a GPU; the engine needs one
+    params = sampling_params(config, 7)
+    assert isinstance(params, SamplingParams) and params.output_kind == RequestOutputKind.DELTA
+    assert (params.max_tokens, params.top_k, params.seed) == (7, 20, 0)
+    assert list(inspect.signature(AsyncLLM.generate).parameters)[:4] == [
+        "self", "prompt", "sampling_params", "request_id"]  # fmt: skip
+    assert "engine_args" in inspect.signature(AsyncLLM.from_engine_args).parameters
+    assert inspect.iscoroutinefunction(AsyncLLM.abort) and callable(AsyncLLM.shutdown)
+    outputs = inspect.signature(RequestOutput.__init__).parameters
+    assert {"prompt_token_ids", "outputs", "finished", "num_cached_tokens"} <= set(outputs)
+    assert {"text", "finish_reason"} <= set(inspect.signature(CompletionOutput).parameters)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (pip install 'voxrelay[vllm]')")
+def test_real_vllm_streams_and_serves_the_warmed_prefix_from_its_cache(model_path: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("vLLM's engine needs CUDA")
+    # tokenizer "": the GGUF's own, so nothing is fetched from a model hub.
+    settings = VLLMBackendConfig(tokenizer="", gpu_memory_utilization=0.3)
+    config = LLMConfig(model_path, backend="vllm", max_new_tokens=16, vllm=settings)
+    backend = create_backend(config)
+    try:
+        words = "I would like to book a table for four people tomorrow evening at seven"
+        prompt = backend.render([{"role": "user", "content": words}])
+        backend.open(1, prompt.removesuffix(REPLY_HEADER))
+        deadline = time.monotonic() + 60
+        while backend.prefilled_tokens(1) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        warmed = backend.prefilled_tokens(1)
+        assert warmed > 16
+        backend.submit(1, prompt)
+        outputs = drain(backend, 1)
+        assert "".join(out.text for out in outputs).strip() and outputs[-1].finished
+        # vLLM's block size is 16 by default: the warm's whole blocks came from the cache.
+        assert outputs[-1].num_cached_tokens >= warmed // 16 * 16 - 16 > 0
     finally:
         backend.close()
