@@ -198,6 +198,17 @@ class Pipeline:
             ControlOp.VOICE_SPEED, round(speed * 1000), session_id=session_id, stages=("tts",)
         )
 
+    def set_heard(self, session_id: int, turn_id: int, heard: str) -> None:
+        """The dialogue keeps `heard` as turn `turn_id`'s reply: a client that knows what it
+        played (a Realtime `conversation.item.truncate`) corrects the barge-in's bound."""
+        self.supervisor.control(
+            ControlOp.HEARD,
+            session_id=session_id,
+            turn_id=turn_id,
+            stages=("llm",),
+            text=heard.encode(),
+        )
+
     def close_session(self, session_id: int) -> None:
         """Frees the session here and in every stage (its records still in flight drop)."""
         self.router.close(session_id)

@@ -20,7 +20,7 @@ import signal
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
@@ -29,12 +29,17 @@ from websockets.http11 import Request, Response
 
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.metrics import PipelineMetrics
+from voxrelay.pipeline.realtime import RealtimeSession
 from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.ws_client import CLOSE_NORMAL, CLOSE_TRY_AGAIN, ClientSession
 
 log = logging.getLogger("voxrelay.ws")
 
 VOICE_PATH = "/v1/voice"
+REALTIME_PATH = "/v1/realtime"  # OpenAI Realtime API events (pipeline/realtime.py)
+# A Realtime event over max_message_bytes gets an `error` and is dropped; base64 makes
+# audio 4/3 larger, so frames up to this many times the limit are read to say so.
+REALTIME_FRAME_FACTOR = 4
 PAGE_PATHS = ("/", "/index.html")
 METRICS_PATH = "/metrics"
 PAGE = Path(__file__).parent / "web" / "index.html"
@@ -187,9 +192,10 @@ class VoiceServer:
                 return _refuse(HTTPStatus.UNAUTHORIZED, "/metrics needs the server's token")
             body, content_type = self.metrics.render()
             return _response(HTTPStatus.OK, body, content_type)
-        if url.path != VOICE_PATH:
+        if url.path not in (VOICE_PATH, REALTIME_PATH):
             return _refuse(
-                HTTPStatus.NOT_FOUND, f"no such path; the voice endpoint is {VOICE_PATH}"
+                HTTPStatus.NOT_FOUND,
+                f"no such path; the voice endpoints are {VOICE_PATH} and {REALTIME_PATH}",
             )
         origin = request.headers.get("Origin")
         if not origin_allowed(origin, request.headers.get("Host"), self.config.allow_origins):
@@ -203,7 +209,8 @@ class VoiceServer:
                 **{"WWW-Authenticate": "Bearer"},
             )
         try:
-            parse_rates(url.query)
+            if url.path == VOICE_PATH:  # a Realtime session sets its formats by event
+                parse_rates(url.query)
         except ValueError as exc:
             return _refuse(HTTPStatus.BAD_REQUEST, str(exc))
         if len(self.clients) >= self.config.max_sessions:
@@ -216,20 +223,13 @@ class VoiceServer:
 
     async def _serve(self, connection: ServerConnection) -> None:
         assert connection.request is not None
-        input_rate, output_rate = parse_rates(urlsplit(connection.request.path).query)
         if len(self.clients) >= self.config.max_sessions:  # raced past process_request
             await connection.close(CLOSE_TRY_AGAIN, "the server is at its session limit")
             return
-        client = ClientSession(connection, self.pipeline, self.config, input_rate, output_rate)
+        client = self._open_client(connection, urlsplit(connection.request.path))
         self.clients[client.session_id] = client
         log.info("session %d opened from %s", client.session_id, connection.remote_address)
-        client.send_event(
-            "session.created",
-            session_id=client.session_id,
-            sample_rate=input_rate,
-            output_sample_rate=output_rate,
-            max_message_bytes=self.config.max_message_bytes,
-        )
+        client.announce()
         writer = asyncio.create_task(client.write_loop())
         try:
             await self._read(client)
@@ -246,6 +246,18 @@ class VoiceServer:
                 client.session_id,
                 client.dropped_audio_bytes,
             )
+
+    def _open_client(self, connection: ServerConnection, url: SplitResult) -> ClientSession:
+        if url.path == REALTIME_PATH:
+            connection.protocol.max_message_size = (
+                REALTIME_FRAME_FACTOR * self.config.max_message_bytes
+            )
+            model = parse_qs(url.query).get("model", ["voxrelay"])[-1]
+            assert connection.request is not None
+            beta = "realtime=v1" in connection.request.headers.get("OpenAI-Beta", "")
+            return RealtimeSession(connection, self.pipeline, self.config, model, beta)
+        input_rate, output_rate = parse_rates(url.query)
+        return ClientSession(connection, self.pipeline, self.config, input_rate, output_rate)
 
     async def _read(self, client: ClientSession) -> None:
         idle_s = self.config.idle_timeout_s
@@ -264,10 +276,7 @@ class VoiceServer:
                     return
                 continue
             client.last_activity = loop.time()
-            if isinstance(message, bytes):
-                await client.on_binary(message)
-            else:
-                client.on_json(message)
+            await client.on_message(message)
 
 
 async def serve_forever(
