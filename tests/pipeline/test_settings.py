@@ -199,6 +199,12 @@ def test_the_example_file_loads_for_every_command(command):
     assert shown.get("llm", {}).get("backend") == "openai"
 
 
+def test_docs_config_shows_the_example_file_as_it_is():
+    page = (ROOT / "docs" / "config.md").read_text()
+    block = page.split("## Example", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    assert block == EXAMPLE.read_text()
+
+
 def test_the_cli_refuses_a_bad_file_before_any_stage_starts(tmp_path):
     bad = write(tmp_path, '[llm]\nbackend = "opneai"\n')
     done = subprocess.run(
