@@ -54,16 +54,21 @@ class BlockManager:
     def reuse_cached_prefix(self, seq: Sequence) -> int:
         """Attach cached blocks that continue `seq`'s computed prefix; returns tokens gained.
 
-        Stops one token short of the end: the last token must be computed to get logits.
+        Stops one token short of the end: the last token must be computed to get logits;
+        likewise short of a probed position (`Sequence.probe_index`), whose logits the
+        probe reads.
         """
         if not self.enable_prefix_caching:
             return 0
         size = self.block_size
+        limit = seq.num_tokens - 1
+        if seq.probe_index is not None:
+            limit = min(limit, seq.probe_index - 1)
         gained = 0
         while (
             seq.num_computed_tokens % size == 0
             and len(seq.block_table) * size == seq.num_computed_tokens
-            and seq.num_computed_tokens + size <= seq.num_tokens - 1
+            and seq.num_computed_tokens + size <= limit
         ):
             start = seq.num_computed_tokens
             token_ids = tuple(seq.token_ids[start : start + size])

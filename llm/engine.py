@@ -156,6 +156,16 @@ class LLMEngine:
         seq.token_ids.extend(token_ids)
         seq.num_prompt_tokens = seq.num_tokens
 
+    def probe(self, request_id: int, index: int) -> None:
+        """Report the probability the model gives prompt token `index` (on the request's
+        first TokenOutput, `probe_prob`), read in the prefill that computes position
+        `index - 1`: no extra forward pass. Too late once that position is computed."""
+        seq = self._get(request_id)
+        if not 1 <= index < seq.num_tokens:
+            raise ValueError(f"probe index {index} outside the prompt (1..{seq.num_tokens - 1})")
+        seq.probe_index = index if index - 1 >= seq.num_computed_tokens else None
+        seq.probe_prob = None
+
     def start_decode(self, request_id: int) -> None:
         """Close the prompt of an open request: generation starts at the next step."""
         self._get(request_id).prompt_complete = True
@@ -225,13 +235,15 @@ class LLMEngine:
         ):
             reason = "length"
         cached = seq.num_cached_tokens
+        # The probe rides on the first token only.
+        probe = seq.probe_prob if seq.num_generated_tokens == 1 else None
         if reason is None:
-            return TokenOutput(seq.request_id, token_id, text, False, None, cached)
+            return TokenOutput(seq.request_id, token_id, text, False, None, cached, probe)
         text += seq.detokenizer.flush()
         seq.finish_reason = reason
         self.scheduler.remove(seq)
         del self._requests[seq.request_id]
-        return TokenOutput(seq.request_id, token_id, text, True, reason, cached)
+        return TokenOutput(seq.request_id, token_id, text, True, reason, cached, probe)
 
     def _get(self, request_id: int) -> Sequence:
         seq = self._requests.get(request_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from voxrelay.llm.backend import REPLY_HEADER
 from voxrelay.llm.config import LLMConfig
 from voxrelay.llm.engine import LLMEngine
 from voxrelay.llm.sequence import TokenOutput
@@ -23,6 +24,7 @@ class NativeBackend:
         # one remembered encoding spares the second pass over a ~300-token prompt.
         self._last_text = ""
         self._last_ids: list[int] = []
+        (self._im_end,) = self.tokenizer.encode(REPLY_HEADER[: REPLY_HEADER.index("\n")])
 
     def render(self, messages: Sequence[Mapping[str, str]]) -> str:
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
@@ -45,8 +47,12 @@ class NativeBackend:
         previous = self._open.pop(request_id, None)
         if previous is None:
             self.engine.add_request(request_id, ids)
-            return
-        self._update(request_id, previous, ids, prompt_complete=True)
+        else:
+            self._update(request_id, previous, ids, prompt_complete=True)
+        # The <|im_end|> that closes the user's words: its probability is the model's
+        # P(the user's turn is over), read from the prefill this reply runs anyway.
+        if prompt.endswith(REPLY_HEADER) and self._im_end in ids:
+            self.engine.probe(request_id, len(ids) - 1 - ids[::-1].index(self._im_end))
 
     def prefilled_tokens(self, request_id: int) -> int:
         if request_id not in self._open:

@@ -108,16 +108,27 @@ class ModelRunner:
         ]
         if not sample_rows:
             sample_rows = [0]  # the forward still writes K/V; these logits are unused
+        # Probes: the row before a probed prompt token predicts it; one more logits row
+        # of a forward that runs anyway (the lm_head on N + P rows instead of N).
+        probes = [
+            (seq, index * new_tokens + seq.probe_index - 1 - seq.num_computed_tokens)
+            for index, (seq, count) in enumerate(zip(seqs, counts, strict=True))
+            if seq.probe_index is not None
+            and seq.num_computed_tokens <= seq.probe_index - 1 < seq.num_computed_tokens + count
+        ]
         logits = self.model.forward(
             input_t,
             positions_t,
             write_slots,
             context_slots,
             attn_mask,
-            torch.tensor(sample_rows, device=device),
+            torch.tensor(sample_rows + [row for _, row in probes], device=device),
             self.k_cache,
             self.v_cache,
         )
+        if probes:
+            self._read_probes(probes, logits[len(sample_rows) :])
+            logits = logits[: len(sample_rows)]
         sampling = [
             seq for seq, count in zip(seqs, counts, strict=True) if count == seq.samples_after
         ]
@@ -126,6 +137,15 @@ class ModelRunner:
             next(sampled) if count == seq.samples_after else None
             for seq, count in zip(seqs, counts, strict=True)
         ]
+
+    def _read_probes(self, probes: list[tuple[Sequence, int]], logits: torch.Tensor) -> None:
+        """Store each probed token's probability on its sequence; logits (P, V)."""
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (P, V)
+        targets = [seq.token_ids[seq.probe_index] for seq, _ in probes]  # type: ignore[index]
+        chosen = log_probs[torch.arange(len(probes)), torch.tensor(targets)].exp().tolist()
+        for (seq, _), prob in zip(probes, chosen, strict=True):
+            seq.probe_prob = float(prob)
+            seq.probe_index = None
 
     def _ban_repeats(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Row i of `logits` with the tokens that would repeat an n-gram of sequence i's

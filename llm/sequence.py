@@ -24,6 +24,9 @@ class TokenOutput:
     request ended with it ("stop": end-of-turn token, "length": token or context limit).
 
     `num_cached_tokens`: prompt tokens the prefix cache served (0 where not known yet).
+    `probe_prob`: on a request's first token, the probability the model gave the prompt
+    token `probe_index` (see Sequence), read from the prefill that computed its
+    position; None when no probe was asked for or it could not be read.
     """
 
     request_id: int
@@ -32,6 +35,7 @@ class TokenOutput:
     finished: bool
     finish_reason: FinishReason | None = None
     num_cached_tokens: int = 0
+    probe_prob: float | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -48,6 +52,11 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)  # KV block of positions i*bs..
     block_hashes: list[int] = field(default_factory=list)  # chained hash per full block
     finish_reason: FinishReason | None = None
+    # A prompt token whose probability the prefill reads from the logits it computes
+    # anyway (the stage asks for the <|im_end|> that closes the user's words: the
+    # model's own P(the user's turn is over), docs/llm.md "End-of-turn probe").
+    probe_index: int | None = None
+    probe_prob: float | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -108,3 +108,26 @@ def test_tokenizer_matches_transformers_gguf_tokenizer(
     # No digits: transformers' GGUF converter drops SmolLM2's one-digit-per-token split.
     for text in ("Hello there, how are you?", "  héllo 🎉 wörld\n\nnew line", "don't stop"):
         assert tokenizer.encode(text) == hf_tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_end_of_turn_probe_is_the_models_probability(
+    hf_model: torch.nn.Module, tokenizer: ChatTokenizer, model_path: Path
+) -> None:
+    """The engine's probe of the <|im_end|> after the user's words equals HF's softmax at
+    that position, read from the same prefill that samples the first token."""
+    config = LLMConfig(model_path, device="cpu", num_threads=2, decode_dtype="same")
+    engine = LLMEngine(config)
+    for request_id, words in enumerate(("What is the weather like today", "I would like a")):
+        ids = engine.dialogue_prompt_ids([], words)
+        (im_end,) = tokenizer.encode("<|im_end|>")
+        index = len(ids) - 1 - ids[::-1].index(im_end)
+        engine.add_request(request_id, ids)
+        engine.probe(request_id, index)
+        outputs: list = []
+        while not outputs:
+            outputs = engine.step()
+        engine.abort(request_id)
+        with torch.inference_mode():
+            logits = hf_model(torch.tensor([ids[:index]])).logits[0, -1]  # (V,)
+        expected = torch.softmax(logits.double(), -1)[im_end].item()
+        assert outputs[0].probe_prob == pytest.approx(expected, rel=0.02), words
