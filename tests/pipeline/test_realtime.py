@@ -21,9 +21,14 @@ from websockets.exceptions import InvalidStatus
 
 from tests.pipeline.serve_process import AUTH, TOKEN
 from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.realtime_config import (
+    RealtimeConfig,
+    RealtimeError,
+    TurnDetection,
+    apply_update,
+    turn_taking,
+)
 from voxrelay.pipeline.sip import g711
-
-pytestmark = pytest.mark.slow
 
 EXPECTED = "he was not an ill disposed young man"
 SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
@@ -97,6 +102,7 @@ def _normalise(text: str) -> str:
     return " ".join(jiwer.RemovePunctuation()(text.lower().replace("-", " ")).split())
 
 
+@pytest.mark.slow
 def test_a_spoken_turn_with_server_vad(serve_process, clips_dir):
     clip = read_clip(clips_dir / "librivox/0880.wav")
 
@@ -169,6 +175,7 @@ def test_a_spoken_turn_with_server_vad(serve_process, clips_dir):
     assert np.sqrt(np.mean(audio.astype(np.float64) ** 2)) > 300  # speech, not silence
 
 
+@pytest.mark.slow
 def test_manual_commit_cancel_mid_reply_and_g711_in_and_out(serve_process, clips_dir):
     """turn_detection null: commit makes the turn. response.cancel mid-reply stops the
     audio, response.done says cancelled; the next turn, in G.711 mu-law, still works."""
@@ -270,10 +277,11 @@ BAD_INPUT = [
         "message_too_large",
         None,
         "evt_8",
-    ),  # fmt: skip
+    ),
 ]
 
 
+@pytest.mark.slow
 def test_bad_input_gets_nested_errors_and_the_session_survives(serve_process):
     async def scenario():
         ws = await _raw_session(serve_process.port)
@@ -293,6 +301,7 @@ def test_bad_input_gets_nested_errors_and_the_session_survives(serve_process):
     assert cleared["type"] == "input_audio_buffer.cleared"
 
 
+@pytest.mark.slow
 def test_token_and_path_are_checked_before_the_upgrade(serve_process):
     async def status(url: str, headers: dict) -> int:
         try:
@@ -306,3 +315,60 @@ def test_token_and_path_are_checked_before_the_upgrade(serve_process):
     assert asyncio.run(status(f"{base}/v1/realtime", {"Authorization": "Bearer no"})) == 401
     assert asyncio.run(status(f"{base}/v1/realtime?model=gpt-realtime", AUTH)) == 101
     assert asyncio.run(status(f"{base}/v1/realtimes", AUTH)) == 404
+
+
+def test_session_update_takes_ga_nesting_and_beta_names_and_refuses_whole():
+    config = RealtimeConfig()
+    ga = apply_update(
+        config,
+        {
+            "type": "realtime",
+            "instructions": "Be brief.",
+            "audio": {
+                "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None},
+                "output": {"speed": 1.25},
+            },
+        },
+    )
+    assert (ga.input_format.codec, ga.turn_detection, ga.speed) == ("PCMU", None, 1.25)
+    assert ga.instructions == "Be brief." and ga.output_format == config.output_format
+    beta = apply_update(
+        config,
+        {
+            "input_audio_format": "g711_alaw",
+            "output_audio_format": "pcm16",
+            "turn_detection": {"type": "semantic_vad", "eagerness": "low"},
+        },
+    )
+    assert beta.input_format.type == "audio/pcma" and beta.output_format.rate == 24_000
+    assert beta.turn_detection == TurnDetection("semantic_vad", "low")
+    bad = [
+        ({"instructions": "x", "audio": {"output": {"speed": 3}}}, "session.audio.output.speed"),
+        (
+            {
+                "audio": {
+                    "input": {"turn_detection": {"type": "server_vad", "create_response": False}}
+                }
+            },
+            "session.audio.input.turn_detection.create_response",
+        ),
+        (
+            {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "max"}}}},
+            "session.audio.input.turn_detection.eagerness",
+        ),
+        ({"output_modalities": ["text"]}, "session.output_modalities"),
+        ({"tools": [{"type": "function", "name": "f"}]}, "session.tools"),
+        ({"type": "transcription"}, "session.type"),
+        ({"audio": {"output": {"format": {"type": "audio/opus"}}}}, "session.audio.output.format"),
+    ]
+    for session, param in bad:
+        with pytest.raises(RealtimeError) as refused:
+            apply_update(config, session)
+        assert refused.value.param == param and refused.value.message, session
+
+
+def test_turn_detection_maps_to_the_asr_turn_taking():
+    assert turn_taking(TurnDetection("semantic_vad", "auto")) == ("medium", None)
+    assert turn_taking(TurnDetection("semantic_vad", "high")) == ("high", None)
+    assert turn_taking(TurnDetection("server_vad", silence_duration_ms=700)) == ("medium", 700)
+    assert turn_taking(TurnDetection("server_vad")) == ("medium", None)
