@@ -16,7 +16,14 @@ import pytest
 
 from voxrelay.pipeline import settings_schema
 from voxrelay.pipeline.cli import build_parser
-from voxrelay.pipeline.cli_flags import SERVE_FLAGS, STAGE_FLAGS, settings_from_args
+from voxrelay.pipeline.cli_flags import (
+    MIC_FLAGS,
+    SERVE_FLAGS,
+    STAGE_FLAGS,
+    phone_flags,
+    phone_specs,
+    settings_from_args,
+)
 from voxrelay.pipeline.settings import COMMANDS, FlagValue, load_settings
 from voxrelay.pipeline.ws import ServerConfig
 
@@ -78,6 +85,28 @@ def test_the_cli_flags_map_to_their_keys_and_unset_flags_do_not_override(tmp_pat
     # --llm-model names the model of whichever backend the layers chose.
     native = settings_from_args("serve", serve_args("--llm-model", "/models/x.gguf"), STAGE_FLAGS)
     assert native.pipeline_config().llm == {"model_path": "/models/x.gguf"}
+
+
+def test_phone_and_mic_flags_set_their_tables(tmp_path):
+    path = write(tmp_path, "[sip]\nmax_calls = 4\njitter_packets = 3\n")
+    argv = ["sip", "--config", path, "--listen", "127.0.0.1:5070", "--dtmf", "5=hangup",
+            "--allow", "10.0.0.0/8", "--max-calls", "2"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    sip = settings_from_args("sip", args, phone_specs("sip"), phone_flags(args, "sip", 5060))
+    sip_config = sip.build("sip")
+    assert (sip_config.host, sip_config.port, sip_config.max_calls) == ("127.0.0.1", 5070, 2)
+    assert sip_config.dtmf_actions == (("5", "hangup"),) and sip_config.jitter_packets == 3
+    assert sip_config.allow == ("10.0.0.0/8",)
+    args = build_parser().parse_args(["audiosocket", "--listen", "127.0.0.2"])
+    extra = phone_flags(args, "audiosocket", 9092)
+    audiosocket = settings_from_args("audiosocket", args, phone_specs("audiosocket"), extra)
+    assert audiosocket.build("audiosocket").port == 9092  # HOST alone: the command's port
+    with pytest.raises(ValueError, match="--dtmf '5': use DIGIT=ACTION"):
+        phone_flags(build_parser().parse_args(["sip", "--dtmf", "5"]), "sip", 5060)
+    args = build_parser().parse_args(["mic", "--full-duplex", "--input-device", "3"])
+    args.input_device = 3  # what device_arg makes of "3" in _cmd_mic
+    mic = settings_from_args("mic", args, MIC_FLAGS).build("mic")
+    assert mic.full_duplex and mic.input_device == 3 and mic.output_device is None
 
 
 def test_the_api_key_is_read_by_the_stage_from_its_environment(tmp_path, monkeypatch):
