@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 _STANDBY = {("pipeline", "warm_standby"): True}  # a crash costs ~0.3 s, not a cold start
 COMMAND_DEFAULTS: dict[str, dict[tuple[str, str], Any]] = {
     "serve": _STANDBY, "mic": _STANDBY, "sip": _STANDBY,
-    "audiosocket": {**_STANDBY, ("audiosocket", "port"): 9092},
+    "audiosocket": {**_STANDBY, ("audiosocket", "port"): 9092},  # sip DEFAULT_AUDIOSOCKET_PORT
 }  # fmt: skip
 SECRETS = {("server", "token")}
 API_KEY_VARS = ("VOXRELAY_LLM_API_KEY", "OPENAI_API_KEY")  # first one set wins
@@ -94,21 +94,21 @@ class Settings:
         `checking`: only the check before the stages start (a default asset may be absent)."""
         values = self.values(table)
         try:
-            if table == "llm":
-                from voxrelay.llm.dialogue import llm_config
-
-                return llm_config(values)
-            if table == "tts":
-                voice = values.pop("voice", ASSET_KEYS["tts"][1])
-                values.setdefault("voice_dir", str(asset_path(voice)))
+            if table in ASSET_KEYS:  # as the stage worker does (llm_config, tts/worker.py)
+                key, default, field, inside = ASSET_KEYS[table]
+                name = values.pop(key, default)
+                if field not in values:
+                    values[field] = str(asset_path(name) / inside)
             cls = TABLES[table]()
             hints = typing.get_type_hints(cls)
             for name, value in values.items():
                 if isinstance(value, dict):  # a sub-table: its own dataclass
                     values[name] = hints[name](**value)
+                elif hints[name] is Path:
+                    values[name] = Path(value)
             return cls(**values)
         except ModelError as exc:
-            if checking and ASSET_KEYS[table][0] not in self.tables[table]:
+            if checking and ASSET_KEYS[table][0] not in self.tables[table]:  # asset tables only
                 return None  # a default model not fetched yet: its stage says so at start
             raise ValueError(self._blame(table, str(exc))) from None
         except (ValueError, TypeError) as exc:

@@ -55,8 +55,12 @@ TABLES: dict[str, Callable[[], type[Any]]] = {
 }  # fmt: skip
 STAGES = ("asr", "llm", "tts")
 # Asset keys the stage workers read besides their dataclass fields: the bundled model a
-# required path field comes from (llm/dialogue.py llm_config, tts/worker.py).
-ASSET_KEYS = {"llm": ("model", "smollm2", "model_path"), "tts": ("voice", "joe", "voice_dir")}
+# required path field comes from (llm/dialogue.py llm_config, tts/worker.py), as
+# (key, default asset, field, path inside the asset's folder).
+ASSET_KEYS = {
+    "llm": ("model", "smollm2", "model_path", "model.gguf"),
+    "tts": ("voice", "joe", "voice_dir", ""),
+}
 NO_DEFAULT = object()  # a required field: filled from its asset key
 Key = tuple[Any, Any]  # (type, default or NO_DEFAULT)
 
