@@ -43,8 +43,9 @@ RUN useradd --system --uid 10001 --create-home --home-dir /home/voxrelay voxrela
 USER voxrelay
 WORKDIR /home/voxrelay
 EXPOSE 8765
-# The server listens only once all three stages have loaded their models, and serves its
-# page at / (token or not), so an answer there means the pipeline is up.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
-    CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/', timeout=4)"
+# Healthy: GET /metrics answers (the server listens only once all three stages have
+# loaded their models) and reports every stage up. Behind a token, pass it as
+# VOXRELAY_TOKEN (or VOXRELAY_SERVER_TOKEN), not --token, so this check can read it too.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=180s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; t = os.environ.get('VOXRELAY_SERVER_TOKEN') or os.environ.get('VOXRELAY_TOKEN'); m = u.urlopen(u.Request('http://127.0.0.1:8765/metrics', headers={'Authorization': 'Bearer ' + t} if t else {}), timeout=4).read().decode(); ready = [x for x in m.splitlines() if x.startswith('voxrelay_stage_ready{')]; assert len(ready) == 3 and all(x.endswith(' 1.0') for x in ready), ready"]
 CMD ["voxrelay", "serve", "--host", "0.0.0.0", "--port", "8765"]
