@@ -309,3 +309,11 @@ def _ignored_by_dockerignore(source: str) -> bool:
     ]
     top = source.strip("/").split("/")[0]
     return any(p.strip("/") == top for p in patterns if not p.startswith("!"))
+
+
+def test_scaling_doc_cites_only_figures_bench_results_has():
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    text = (ROOT / "docs" / "scaling.md").read_text()
+    cited = set(re.findall(r"`((?:ws|sip|e2e|asr|llm|tts|ipc)\.[\w.]+)`", text))
+    assert {"ws.ttfa_ms.p50.4", "sip.ttfa_ms.p95.4"} <= cited
+    assert not cited - set(results), f"not in bench/results.json: {sorted(cited - set(results))}"
