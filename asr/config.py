@@ -10,6 +10,8 @@ MODELS = ("auto", "tiny.en", "base")
 AUTO_MODELS = ("base", "tiny.en")
 COMPUTE_TYPES = ("int8", "int8_float32", "float32")
 TEXT_DECODERS = ("native", "ctranslate2")
+TURN_DETECTION = ("learned", "silence")
+EAGERNESS = ("low", "medium", "high")
 # Whisper's encoder sees at most 30 s; the decoded audio is the utterance plus both pads.
 WHISPER_WINDOW_S = 30.0
 
@@ -32,10 +34,22 @@ class ASRConfig:
     min_speech_ms: int = 64
     speculative_silence_ms: int = 150
     end_silence_ms: int = 300
-    # The end of turn when the words so far clearly stop mid-sentence ("book a ...";
-    # asr/turn_end.py). Off when 0 or not above end_silence_ms, and when
-    # speculative_silence_ms is not below end_silence_ms (no transcript to read in time).
-    unfinished_end_silence_ms: int = 1000
+    # How a pause ends the turn (asr/turn_end.py): "learned" scores every pause as it
+    # reaches speculative_silence_ms (the words' rules, Smart Turn on the audio, the LLM's
+    # own P(end of turn)) and ends it at once, after a while, or at the fallback;
+    # "silence" ends every pause after end_silence_ms (the words' rules still hold).
+    turn_detection: str = "learned"
+    # How soon a "learned" pause commits: "high" answers sooner and cuts more speakers
+    # off, "low" waits longer (asr/turn_end.py EAGERNESS).
+    eagerness: str = "medium"
+    # The longest a pause waits: the end of turn when the words so far clearly stop
+    # mid-sentence ("book a ..."), and the cap of every learned wait. Holding is off when
+    # 0 or not above end_silence_ms, and when speculative_silence_ms is not below
+    # end_silence_ms (no transcript to read in time).
+    turn_fallback_ms: int = 2500
+    # The LLM's P(end of turn) is awaited this long after the pause is scored; past it
+    # the pause is decided without it (a remote LLM backend never sends one).
+    text_hint_wait_ms: int = 150
     # 0 disables partial transcripts (offline transcription does not need them).
     partial_interval_ms: int = 600
     max_utterance_s: float = 20.0
@@ -82,12 +96,22 @@ class ASRConfig:
             "min_speech_ms",
             "speculative_silence_ms",
             "end_silence_ms",
-            "unfinished_end_silence_ms",
+            "turn_fallback_ms",
+            "text_hint_wait_ms",
             "speech_pad_ms",
         ):
             value = getattr(self, name)
-            if not 0 <= value <= 5000:
-                raise ValueError(f"ASRConfig.{name} must be in 0..5000 ms, got {value}")
+            if not 0 <= value <= 10_000:
+                raise ValueError(f"ASRConfig.{name} must be in 0..10000 ms, got {value}")
+        if self.turn_detection not in TURN_DETECTION:
+            raise ValueError(
+                f"ASRConfig.turn_detection must be one of {TURN_DETECTION}, "
+                f"got {self.turn_detection!r}"
+            )
+        if self.eagerness not in EAGERNESS:
+            raise ValueError(
+                f"ASRConfig.eagerness must be one of {EAGERNESS}, got {self.eagerness!r}"
+            )
         if self.end_silence_ms < 32:
             raise ValueError(
                 "ASRConfig.end_silence_ms must be >= 32 (one VAD window), "
@@ -128,9 +152,14 @@ class ASRConfig:
         return replace(self, model=self.whisper_models[0])
 
     @property
+    def learns_end(self) -> bool:
+        """Whether pauses are scored (asr/turn_end.py) instead of ended by silence alone."""
+        return self.turn_detection == "learned" and self.holds_unfinished
+
+    @property
     def holds_unfinished(self) -> bool:
         """Whether a pause after unfinished words ends the turn later (asr/turn_end.py)."""
         return (
-            self.unfinished_end_silence_ms > self.end_silence_ms
+            self.turn_fallback_ms > self.end_silence_ms
             and self.speculative_silence_ms < self.end_silence_ms
         )

@@ -9,6 +9,8 @@ samples [i * 512, (i + 1) * 512).
     TRAILING --speculative_silence--> SPECULATIVE                   (SPECULATIVE_END)
     TRAILING/SPECULATIVE --end_silence--> SILENCE                   (END)
     SPECULATIVE --hold()--> TRAILING: this pause's end and speculative end move later
+    TRAILING/SPECULATIVE --extend()--> this pause's end moves later (learned end of turn)
+    TRAILING/SPECULATIVE --end_now()--> SILENCE                     (END)
     TRAILING/SPECULATIVE --voiced window--> SPEECH                  (RESUME if SPECULATIVE)
     any utterance phase reaching max_utterance_s: cut at the quietest recent window
                                                                     (END + START, forced)
@@ -113,6 +115,23 @@ class Endpointer:
         self.phase = Phase.TRAILING
         self._pause_end = max(_windows(end_silence_ms), self._end)
         self._pause_speculative = self._pause_end - (self._end - self._speculative)
+
+    @property
+    def silence_ms(self) -> float:
+        """Silence since the speech end, while in a pause."""
+        return self._silence * WINDOW_MS
+
+    def extend(self, end_silence_ms: int) -> None:
+        """End this pause only after `end_silence_ms` of silence (a learned end of turn
+        waiting for its decision, or deciding to wait). Call it in a pause."""
+        assert self.phase in (Phase.TRAILING, Phase.SPECULATIVE), "extend() outside a pause"
+        self._pause_end = max(_windows(end_silence_ms), self._silence + 1)
+
+    def end_now(self) -> list[EndpointEvent]:
+        """This pause ends the turn now (its learned decision was to commit)."""
+        assert self.phase in (Phase.TRAILING, Phase.SPECULATIVE), "end_now() outside a pause"
+        self._to_silence()
+        return [EndpointEvent(EndpointKind.END, self.speech_end_sample)]
 
     def finish(self, end_sample: int) -> list[EndpointEvent]:
         """End of input at `end_sample`: close any open utterance."""

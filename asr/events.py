@@ -1,6 +1,7 @@
 """Events an ASRStream emits. All timestamps are `time.perf_counter_ns()` values.
 
-Per utterance the order is: SpeechStart, then any of Partial / SpeculativeEnd / Resume / Hold,
+Per utterance the order is: SpeechStart, then any of Partial / SpeculativeEnd / Resume / Hold /
+EndScored,
 then exactly one of Final (words were heard) or Discard (the VAD fired but Whisper heard
 no words: noise, a cough). A SpeculativeEnd is always followed by Resume or by the Final.
 Stable words are never revised silently: when the transcript of a SpeculativeEnd or
@@ -49,6 +50,19 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class EndScored:
+    """A learned end of turn decided this pause (asr/turn_end.py): it ends the turn at
+    once (wait_ms 0) or once the silence reaches wait_ms."""
+
+    utterance_id: int
+    audio_prob: float | None  # Smart Turn
+    text_prob: float | None  # the LLM's P(<|im_end|>); None when it did not come in time
+    end_prob: float  # the fused probability
+    wait_ms: int
+    decision_ms: float  # CPU time of the decision in this process (Smart Turn + fusion)
+
+
+@dataclass(frozen=True, slots=True)
 class Final:
     utterance_id: int
     text: str
@@ -62,4 +76,6 @@ class Discard:
     utterance_id: int  # utterance closed without words; no Final follows
 
 
-ASREvent = SpeechStart | Partial | Rollback | SpeculativeEnd | Resume | Hold | Final | Discard
+ASREvent = (
+    SpeechStart | Partial | Rollback | SpeculativeEnd | Resume | Hold | EndScored | Final | Discard
+)

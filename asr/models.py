@@ -1,5 +1,5 @@
-"""What an ASR process loads once and all its streams share: the Whisper model(s) and
-the Silero VAD."""
+"""What an ASR process loads once and all its streams share: the Whisper model(s), the
+Silero VAD and, for a learned end of turn, Smart Turn."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from threadpoolctl import threadpool_limits
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.decoder import SAMPLE_RATE, WhisperDecoder
 from voxrelay.asr.textdecoder import load_text_decoder
+from voxrelay.asr.turn_model import SmartTurn
 from voxrelay.asr.vad import load_vad_model
 
 
@@ -22,6 +23,7 @@ class ASRModels:
 
     whisper: dict[str, WhisperModel]  # by name: the config's one, or both for "auto"
     vad: SileroVADModel
+    turn: SmartTurn | None = None  # loaded when the config learns the end of turn
 
 
 def load_asr(config: ASRConfig) -> ASRModels:
@@ -46,7 +48,8 @@ def load_asr(config: ASRConfig) -> ASRModels:
         )
         if config.text_decoder == "native":
             load_text_decoder(str(asset_path(name)))  # cached: streams share it
-    return ASRModels(whisper, load_vad_model())
+    turn = SmartTurn(asset_path("smart-turn") / "model.onnx") if config.learns_end else None
+    return ASRModels(whisper, load_vad_model(), turn)
 
 
 def warm_up(models: ASRModels, config: ASRConfig) -> None:
@@ -58,3 +61,5 @@ def warm_up(models: ASRModels, config: ASRConfig) -> None:
     noise = np.random.default_rng(0).normal(0, 1e-3, SAMPLE_RATE // 2).astype(np.float32)
     for name, model in models.whisper.items():
         WhisperDecoder(model, replace(config, model=name)).decode(noise)
+    if models.turn is not None:
+        models.turn.score(noise)

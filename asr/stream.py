@@ -27,6 +27,7 @@ from voxrelay.asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
 from voxrelay.asr.events import (
     ASREvent,
     Discard,
+    EndScored,
     Final,
     Hold,
     Partial,
@@ -37,7 +38,14 @@ from voxrelay.asr.events import (
 )
 from voxrelay.asr.models import ASRModels
 from voxrelay.asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
-from voxrelay.asr.turn_end import unfinished
+from voxrelay.asr.turn_end import (
+    WEIGHTS,
+    TurnSignals,
+    Weights,
+    end_probability,
+    unfinished,
+    wait_ms,
+)
 from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
 WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
@@ -54,6 +62,19 @@ class _Decoded:
 
 
 @dataclass(slots=True)
+class _PendingEnd:
+    """A pause being decided: its audio scored once the SpeculativeEnd is out
+    (`score_pending`), its decision once the LLM's P(end of turn) arrives (`hint`) or
+    the silence reaches `deadline_ms` without it."""
+
+    text: str
+    deadline_ms: float
+    scored: bool = False
+    audio_prob: float | None = None
+    decision_ns: int = 0  # CPU time spent on the decision so far
+
+
+@dataclass(slots=True)
 class _Utterance:
     utterance_id: int
     audio_start: int  # first sample handed to Whisper (speech start minus the pad)
@@ -61,6 +82,7 @@ class _Utterance:
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     last: _Decoded | None = None
     speculated: bool = False  # a SpeculativeEnd is out and not yet resolved
+    pending: _PendingEnd | None = None  # a learned end of turn awaiting its text signal
 
 
 class ASRStream:
@@ -73,13 +95,17 @@ class ASRStream:
         budget: DecodeBudget | None = None,
         before_decode: Callable[[], None] | None = None,
         shared: Callable[[], bool] | None = None,
+        weights: Weights = WEIGHTS,
+        hold_unfinished: bool = True,
     ) -> None:
         """`models`: from `load_asr` with a config naming the same model(s). `budget`:
         shared by every stream of one process (asr/budget.py); by default this stream
         has its own. `before_decode`: called as each Whisper decode starts (the worker
         sends the events it holds then, so a decode never delays them). `shared`: for
         "auto", whether other sessions share the process now (asked as each utterance
-        starts; without it the stream is alone)."""
+        starts; without it the stream is alone). `weights`, `hold_unfinished`: the
+        learned end of turn's fusion and whether the words' rule holds a pause (the
+        benchmark's single-signal detectors change them)."""
         self.config = config
         missing = [name for name in config.whisper_models if name not in models.whisper]
         if missing:
@@ -107,6 +133,9 @@ class ASRStream:
         self._last_decode_at = 0
         self._last_decode_ms = 0.0
         self._flushed = False
+        self._turn_model = models.turn
+        self._weights = weights
+        self._hold_unfinished = hold_unfinished
         self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
             EndpointKind.START: self._on_start,
             EndpointKind.PAUSE: self._on_pause,
@@ -181,6 +210,13 @@ class ASRStream:
         utterance = self._utterance
         if (
             utterance is not None
+            and utterance.pending is not None
+            and self._endpointer.silence_ms >= utterance.pending.deadline_ms
+        ):
+            events += self._decide(utterance, None, now)
+            utterance = self._utterance
+        if (
+            utterance is not None
             and self._partial_every
             and self._endpointer.phase is Phase.SPEECH
             and now - self._last_decode_at >= self._partial_gap()
@@ -219,21 +255,83 @@ class ASRStream:
             return []
         if (
             self.config.holds_unfinished
+            and self._hold_unfinished
             and not self._endpointer.held
             and unfinished(transcript.text)
         ):
             # No SpeculativeEnd yet: the endpointer sends it again before the later end.
-            self._endpointer.hold(self.config.unfinished_end_silence_ms)
+            self._endpointer.hold(self.config.turn_fallback_ms)
             return [Hold(utterance.utterance_id)]
         utterance.speculated = True
         speech_end_ns = self._clock.arrival_ns(event.sample)
-        return [
+        events = [
             *self._rollback(utterance, transcript.text),
             SpeculativeEnd(utterance.utterance_id, transcript.text, speech_end_ns),
         ]
+        if self.config.learns_end:
+            deadline = self._endpointer.silence_ms + self.config.text_hint_wait_ms
+            utterance.pending = _PendingEnd(transcript.text, deadline)
+            self._endpointer.extend(self.config.turn_fallback_ms)
+        return events
+
+    def score_pending(self) -> None:
+        """Score the open pause's audio (Smart Turn, ~30 ms), if one waits for it. The
+        worker calls this once it has sent the SpeculativeEnd, so the LLM prefills the
+        reply (and reads its own probability) while this runs."""
+        utterance = self._utterance
+        if utterance is None or utterance.pending is None or utterance.pending.scored:
+            return
+        pending = utterance.pending
+        started = time.perf_counter_ns()
+        if self._turn_model is not None:
+            now = self._vad.windows_done * WINDOW_SAMPLES
+            start = max(utterance.audio_start, now - WHISPER_MAX_SAMPLES)
+            pending.audio_prob = self._turn_model.score(self._audio.read(start, now)).probability
+        pending.scored = True
+        pending.decision_ns += time.perf_counter_ns() - started
+
+    def hint(self, utterance_id: int, text_prob: float) -> list[ASREvent]:
+        """The LLM's P(end of turn) for the pause of `utterance_id` (late ones are ignored)."""
+        utterance = self._utterance
+        if utterance is None or utterance.utterance_id != utterance_id or not utterance.pending:
+            return []
+        return self._decide(utterance, text_prob, self._vad.windows_done * WINDOW_SAMPLES)
+
+    def set_turn_taking(self, eagerness: str, fallback_ms: int) -> None:
+        """This stream's eagerness and fallback (asr/turn_end.py) from its next pause;
+        ValueError if either is out of range."""
+        self.config = replace(self.config, eagerness=eagerness, turn_fallback_ms=fallback_ms)
+
+    def _decide(self, utterance: _Utterance, text_prob: float | None, now: int) -> list[ASREvent]:
+        self.score_pending()
+        pending = utterance.pending
+        assert pending is not None
+        utterance.pending = None
+        started = time.perf_counter_ns()
+        end_prob = end_probability(
+            TurnSignals(pending.text, pending.audio_prob, text_prob), self._weights
+        )
+        if text_prob is None and self._weights.text:
+            # The LLM's probability did not come in time (a remote backend sends none):
+            # the pause ends as the silence rule ends it, not on a guess at the missing term.
+            wait = self.config.end_silence_ms
+        else:
+            wait = wait_ms(end_prob, self.config.eagerness, self.config.turn_fallback_ms)
+        decision_ms = (pending.decision_ns + time.perf_counter_ns() - started) / 1e6
+        scored = EndScored(
+            utterance.utterance_id, pending.audio_prob, text_prob, end_prob, wait, decision_ms
+        )
+        if wait > self._endpointer.silence_ms:
+            self._endpointer.extend(wait)
+            return [scored]
+        events: list[ASREvent] = [scored]
+        for endpoint_event in self._endpointer.end_now():
+            events += self._handlers[endpoint_event.kind](endpoint_event, now)
+        return events
 
     def _on_resume(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         utterance = self._current()
+        utterance.pending = None
         if not utterance.speculated:
             return []
         utterance.speculated = False

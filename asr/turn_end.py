@@ -1,31 +1,39 @@
-"""Does a pause end the turn? Whisper's own transcript of the words so far, read at the
-SpeculativeEnd, says when clearly not.
+"""Does a pause end the turn? Three signals, read as the pause begins.
 
-The end of a turn is `end_silence_ms` of silence (300 ms): short, for a fast reply, but
-people also pause that long in mid-sentence ("I'd like to book a ... table for two"),
-and the pipeline then answers half a sentence. When the transcript of the speech before
-the pause ends in a word an English utterance cannot end on (an article, a conjunction,
-a possessive, a filler) or in a mark Whisper writes for a trailing-off voice ("...",
-",", "-"), the stream waits `unfinished_end_silence_ms` instead (asr/stream.py).
+1. The words' rules (`unfinished`): Whisper's own transcript of the speech so far ends
+   in a word an English turn does not end on, or in a mark of a trailing-off voice.
+   Such a pause waits for `turn_fallback_ms` (no reply is started for those words).
+2. The audio: Smart Turn v3.2's P(end of turn) on the last 8 s (asr/turn_model.py).
+3. The LLM's own P(<|im_end|>) after the user's words, read from the prefill that
+   starts the speculative reply (llm/runner.py probes; no extra forward pass). The
+   reply's prompt carries the words without Whisper's closing mark (`probe_text`):
+   Whisper closes nearly every decode that stops at a pause with a period, so the mark
+   says little, and without it the model's probability separates cut-off words from
+   whole ones better (docs/asr.md, "Learned end of turn").
 
-What the rule looks at is what Whisper writes for speech cut short. Measured on the 15
-real clips (every word boundary of every clip decoded alone by tiny.en, as at a pause;
-docs/asr.md, "Unfinished turns"): Whisper closes most complete utterances with a period
-and leaves most cut-off ones open, but not reliably in either direction ("Go forward,
-10." after "ten"; "7 of Club" for a whole card). So a period only counts against the
-strongest words (articles, conjunctions, possessives, fillers: "a.", "and." are never
-the end), and the weaker ones (prepositions, pronouns, auxiliaries: "look at", "yes I
-do" can end a turn) hold only an open transcript, and never a question. Particles that
-close phrasal verbs ("turn it on", "sign me up", "log in") are not in the lists. An
-open transcript of OPEN_WORDS words or more, with no digit, holds whatever its last
-word: the whole turns Whisper leaves open are short answers and lists of numbers or
-cards, the longer sentences it closes. The cost of a wrong hold is one slow reply; the
-cost of a missed one is the status quo. English only, as the bundled Whisper models are.
+`end_probability` fuses them with a logistic model (WEIGHTS, fitted by
+`python -m bench.turn_end --fit` on the natural-pause and splice sets); `wait_ms` turns
+that into how long this pause may last before it ends the turn: at once when confident,
+a while when unsure, else the fallback. The eagerness picks the thresholds.
+
+What the words' rule looks at is what Whisper writes for speech cut short. Measured on
+the 15 real clips (every word boundary decoded alone, as at a pause; docs/asr.md,
+"Unfinished turns"): Whisper closes most complete utterances with a period and leaves
+most cut-off ones open, but not reliably in either direction ("Go forward, 10." after
+"ten"; "7 of Club" for a whole card). So a period only counts against the strongest
+words (articles, conjunctions, possessives, fillers: "a.", "and." are never the end),
+and the weaker ones (prepositions, pronouns, auxiliaries: "look at", "yes I do" can end
+a turn) hold only an open transcript, and never a question. Particles that close
+phrasal verbs ("turn it on", "sign me up", "log in") are not in the lists. An open
+transcript of OPEN_WORDS words or more, with no digit, holds whatever its last word.
+English only, as the bundled Whisper models are.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 
 def _words(text: str) -> frozenset[str]:
@@ -74,3 +82,94 @@ def unfinished(text: str) -> bool:
     if text.endswith(_CLOSING):
         return False
     return last in _RARELY_LAST or (len(words) >= OPEN_WORDS and not _DIGIT.search(text))
+
+
+def probe_text(text: str) -> str:
+    """The user's words as the reply's prompt carries them: without closing marks."""
+    return text.strip().rstrip(".,?!;:…-— ").strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Eagerness:
+    """End probability at or above `commit_at`: the pause ends the turn at once; at or
+    below `fallback_at`: it waits the whole fallback; between, the wait falls linearly."""
+
+    commit_at: float
+    fallback_at: float
+
+
+# Chosen on the sets of `bench.turn_end` (docs/asr.md has the trade-off each one makes).
+EAGERNESS = {
+    "high": Eagerness(0.7, 0.3),
+    "medium": Eagerness(0.8, 0.4),
+    "low": Eagerness(0.9, 0.5),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Logistic fusion: P(end) = sigmoid(sum of weight x feature + bias)."""
+
+    audio: float  # x logit(Smart Turn probability)
+    text: float  # x log10 of the LLM's P(<|im_end|>), floored at -10
+    unfinished: float  # the words' rule fired (only a pause decided after the fallback)
+    trailing: float  # the transcript ends in ",", "...", "-"
+    question: float  # the transcript ends in "?" or "!"
+    bias: float
+
+
+# `python -m bench.turn_end --fit` prints these (class-balanced, L2 0.3).
+WEIGHTS = Weights(audio=-0.06, text=0.36, unfinished=-1.98, trailing=-0.38, question=1.14,
+                  bias=2.58)  # fmt: skip
+# A signal that did not come (no LLM probe from a remote backend, no audio model):
+# its feature takes this value, the median of the fitted sets.
+TEXT_LOG10_PRIOR = -5.0
+LOG10_FLOOR = -10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSignals:
+    text: str  # Whisper's transcript of the speech before the pause
+    audio_prob: float | None  # Smart Turn
+    text_prob: float | None  # the LLM's P(<|im_end|>)
+
+    def features(self) -> tuple[float, float, float, float, float]:
+        audio = 0.0 if self.audio_prob is None else _logit(self.audio_prob)
+        text = TEXT_LOG10_PRIOR
+        if self.text_prob is not None:
+            text = max(math.log10(max(self.text_prob, 1e-300)), LOG10_FLOOR)
+        stripped = self.text.strip()
+        return (
+            audio,
+            text,
+            float(unfinished(self.text)),
+            float(stripped.endswith(_TRAILING)),
+            float(stripped.endswith(("?", "!"))),
+        )
+
+
+def end_probability(signals: TurnSignals, weights: Weights = WEIGHTS) -> float:
+    audio, text, held, trailing, question = signals.features()
+    z = (
+        weights.audio * audio
+        + weights.text * text
+        + weights.unfinished * held
+        + weights.trailing * trailing
+        + weights.question * question
+        + weights.bias
+    )
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def wait_ms(end_prob: float, eagerness: str, fallback_ms: int) -> int:
+    """How much silence this pause may reach before it ends the turn (0: end it now)."""
+    level = EAGERNESS[eagerness]
+    if end_prob >= level.commit_at:
+        return 0
+    share = (level.commit_at - end_prob) / (level.commit_at - level.fallback_at)
+    return round(fallback_ms * min(share, 1.0))
+
+
+def _logit(prob: float) -> float:
+    prob = min(max(prob, 1e-4), 1 - 1e-4)
+    return math.log(prob / (1 - prob))

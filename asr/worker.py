@@ -18,6 +18,7 @@ from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
     ASREvent,
     Discard,
+    EndScored,
     Final,
     Hold,
     Partial,
@@ -32,7 +33,9 @@ from voxrelay.ipc.channel import Sender
 from voxrelay.ipc.records import (
     AUDIO_FORMAT,
     CONTROL_BODY,
+    END_SCORE,
     FINAL_INFO,
+    TURN_HINT,
     ControlOp,
     Record,
     RecordKind,
@@ -59,6 +62,8 @@ class ASRHandler(TableHandler):
         self.held: list[tuple[int, ASREvent]] = []
         self.turn_base: dict[int, int] = {}  # turn id of the current stream's utterance 0
         self.next_turn: dict[int, int] = {}  # one past the session's highest turn so far
+        # A session's turn-taking settings (TURN_TAKING), kept across its streams.
+        self.turn_taking: dict[int, tuple[str, int]] = {}
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.AUDIO_IN: self._on_audio,
             RecordKind.END_OF_INPUT: self._on_end_of_input,
@@ -71,6 +76,7 @@ class ASRHandler(TableHandler):
             SpeculativeEnd: self._speculative_end,
             Resume: self._resume,
             Hold: self._hold,
+            EndScored: self._end_scored,
             Final: self._final,
             Discard: lambda session_id, event: None,
         }
@@ -86,6 +92,10 @@ class ASRHandler(TableHandler):
         that pass is done (docs/asr.md has the measured effect).
         """
         self._send_held()
+        # A learned pause's audio is scored only now, with its SpeculativeEnd already on
+        # the way: the LLM prefills the reply (and reads its P(end of turn)) meanwhile.
+        for stream in self.streams.values():
+            stream.score_pending()
         return False
 
     def _send_held(self) -> None:
@@ -103,6 +113,8 @@ class ASRHandler(TableHandler):
                 shared=lambda: len(self.streams) > 1,
             )
             self.turn_base[session_id] = self.next_turn.get(session_id, 0)
+            if session_id in self.turn_taking:
+                self.streams[session_id].set_turn_taking(*self.turn_taking[session_id])
         return self.streams[session_id]
 
     def _on_audio(self, record: Record) -> None:
@@ -127,12 +139,31 @@ class ASRHandler(TableHandler):
         self.out.send(RecordKind.END_OF_INPUT, session_id=record.session_id)
 
     def _on_control(self, record: Record) -> None:
-        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        op, argument = CONTROL_BODY.unpack_from(record.payload)
+        if op == ControlOp.TURN_HINT:
+            stream = self.streams.get(record.session_id)
+            if stream is not None:
+                (prob,) = TURN_HINT.unpack_from(record.payload, CONTROL_BODY.size)
+                utterance = record.turn_id - self.turn_base.get(record.session_id, 0)
+                self._forward(record.session_id, stream.hint(utterance, prob))
+            return
+        if op == ControlOp.TURN_TAKING:
+            settings = (record.text(CONTROL_BODY.size), int(argument))
+            stream = self.streams.get(record.session_id)
+            try:
+                if stream is not None:
+                    stream.set_turn_taking(*settings)
+            except ValueError as exc:  # Pipeline.set_turn_taking checks first; still no crash
+                self.events.error(record.session_id, record.turn_id, str(exc))
+                return
+            self.turn_taking[record.session_id] = settings
+            return
         if op == ControlOp.SESSION_CLOSE:
             self.held = [(sid, event) for sid, event in self.held if sid != record.session_id]
             self.streams.pop(record.session_id, None)
             self.turn_base.pop(record.session_id, None)
             self.next_turn.pop(record.session_id, None)
+            self.turn_taking.pop(record.session_id, None)
             release_freed_memory()  # its ~2 MB of buffers; glibc would keep them
 
     def _forward(self, session_id: int, events: list[ASREvent]) -> None:
@@ -185,6 +216,17 @@ class ASRHandler(TableHandler):
 
     def _hold(self, session_id: int, event: Hold) -> None:
         self.events.stamp(session_id, self._turn(session_id, event), Stamp.END_HELD)
+
+    def _end_scored(self, session_id: int, event: EndScored) -> None:
+        nan = float("nan")
+        score = END_SCORE.pack(
+            nan if event.audio_prob is None else event.audio_prob,
+            nan if event.text_prob is None else event.text_prob,
+            event.end_prob,
+            event.decision_ms,
+        )
+        turn = self._turn(session_id, event)
+        self.events.stamp(session_id, turn, Stamp.END_SCORED, event.wait_ms, score)
 
     def _final(self, session_id: int, event: Final) -> None:
         turn = self._turn(session_id, event)

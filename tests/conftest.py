@@ -14,3 +14,12 @@ def clips_dir() -> Path:
         return asset_path("testclips")
     except ModelError as exc:
         pytest.skip(f"test clips missing: {exc}")
+
+
+@pytest.fixture(scope="session")
+def natural_dir() -> Path:
+    """Real speech with natural pauses (tests/asr/natural.py)."""
+    try:
+        return asset_path("naturalclips")
+    except ModelError as exc:
+        pytest.skip(f"natural-pause clips missing: {exc}")

@@ -82,6 +82,21 @@ def test_hold_moves_this_pauses_ends_later() -> None:
     assert kinds(again) == [K.START, K.PAUSE, K.SPECULATIVE_END, K.END]
 
 
+def test_extend_waits_longer_and_end_now_ends_the_pause() -> None:
+    endpointer = Endpointer(CONFIG)
+    events = [e for prob in [0.9] * 5 + [0.0] * 5 for e in endpointer.push(prob)]
+    assert kinds(events) == [K.START, K.PAUSE, K.SPECULATIVE_END]
+    assert endpointer.silence_ms == pytest.approx(5 * 32)
+    endpointer.extend(960)  # 30 windows of silence in all: no END at 10
+    later = [(i, e.kind) for i in range(5, 31) for e in endpointer.push(0.0)]
+    assert later == [(29, K.END)]
+    events = [e for prob in [0.9] * 5 + [0.0] * 6 for e in endpointer.push(prob)]
+    assert kinds(events) == [K.START, K.PAUSE, K.SPECULATIVE_END]
+    (end,) = endpointer.end_now()  # a learned decision: the turn is over
+    assert end.kind is K.END and end.sample == endpointer.speech_end_sample
+    assert endpointer.phase is Phase.SILENCE
+
+
 def test_speech_after_a_hold_resumes_quietly_and_the_next_pause_is_normal() -> None:
     endpointer = Endpointer(CONFIG)
     for prob in [0.9] * 5 + [0.0] * 5:
@@ -148,7 +163,9 @@ def test_long_monologue_is_cut_repeatedly_without_gaps() -> None:
         {"vad_threshold": 1.5},
         {"speculative_silence_ms": 500, "end_silence_ms": 300},
         {"end_silence_ms": 0},
-        {"unfinished_end_silence_ms": 6000},
+        {"turn_fallback_ms": 60_000},
+        {"turn_detection": "semantic"},
+        {"eagerness": "eager"},
         {"max_utterance_s": 40},
         {"partial_interval_ms": 20},
         {"cpu_threads": 0},
@@ -162,6 +179,7 @@ def test_config_rejects_bad_values(kwargs: dict[str, object]) -> None:
 
 def test_unfinished_hold_needs_a_speculative_end_before_the_end() -> None:
     assert ASRConfig().holds_unfinished
-    assert not ASRConfig(unfinished_end_silence_ms=0).holds_unfinished
-    assert not ASRConfig(end_silence_ms=1200).holds_unfinished  # not later than the end
+    assert not ASRConfig(turn_fallback_ms=0).holds_unfinished
+    assert ASRConfig().learns_end and not ASRConfig(turn_detection="silence").learns_end
+    assert not ASRConfig(end_silence_ms=2600).holds_unfinished  # not later than the end
     assert not ASRConfig(speculative_silence_ms=300, end_silence_ms=300).holds_unfinished

@@ -27,7 +27,7 @@ from voxrelay.asr.events import Final, Hold, Resume, SpeculativeEnd
 from voxrelay.asr.stream import ASRStream
 
 HOLDING = ASRConfig(model="tiny.en", partial_interval_ms=0)
-FIXED = ASRConfig(model="tiny.en", partial_interval_ms=0, unfinished_end_silence_ms=0)
+FIXED = ASRConfig(model="tiny.en", partial_interval_ms=0, turn_fallback_ms=0)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,14 @@ word boundary, and for whole ones (docs/asr.md, "Unfinished turns")."""
 
 import pytest
 
-from voxrelay.asr.turn_end import unfinished
+from voxrelay.asr.turn_end import (
+    EAGERNESS,
+    TurnSignals,
+    end_probability,
+    probe_text,
+    unfinished,
+    wait_ms,
+)
 
 
 @pytest.mark.parametrize(
@@ -58,3 +65,42 @@ def test_words_that_stop_mid_sentence_hold(text: str) -> None:
 )
 def test_whole_turns_do_not(text: str) -> None:
     assert not unfinished(text)
+
+
+def test_probe_text_drops_whispers_closing_marks_only() -> None:
+    assert probe_text(" And so my fellow Americans. ") == "And so my fellow Americans"
+    assert probe_text("Is it raining?") == "Is it raining"
+    assert probe_text("ask not what your country can do for you,") == (
+        "ask not what your country can do for you"
+    )
+    assert probe_text("Mr. Smith's car") == "Mr. Smith's car"
+
+
+def test_each_signal_moves_the_end_probability_its_way() -> None:
+    base = TurnSignals("Go forward ten meters.", 0.5, 1e-3)
+    assert end_probability(TurnSignals(base.text, 0.5, 0.5)) > end_probability(base)
+    assert end_probability(TurnSignals("Go forward ten meters?", 0.5, 1e-3)) > end_probability(
+        base
+    )
+    assert end_probability(TurnSignals("Go forward ten, a", 0.5, 1e-3)) < end_probability(base)
+    assert end_probability(TurnSignals("Go forward ten meters,", 0.5, 1e-3)) < end_probability(
+        base
+    )
+    # A signal that did not come counts as its prior, not as certainty either way.
+    missing = end_probability(TurnSignals(base.text, None, None))
+    assert end_probability(TurnSignals(base.text, 0.5, 1e-9)) < missing
+    assert missing < end_probability(TurnSignals(base.text, 0.5, 0.9))
+
+
+@pytest.mark.parametrize("eagerness", list(EAGERNESS))
+def test_wait_shrinks_as_the_end_grows_likelier(eagerness: str) -> None:
+    waits = [wait_ms(prob / 20, eagerness, 2500) for prob in range(21)]
+    assert waits == sorted(waits, reverse=True)
+    assert waits[0] == 2500 and waits[-1] == 0
+    assert wait_ms(0.0, eagerness, 1200) == 1200  # the fallback caps every wait
+
+
+def test_higher_eagerness_never_waits_longer() -> None:
+    for prob in (x / 50 for x in range(51)):
+        low, medium, high = (wait_ms(prob, e, 2500) for e in ("low", "medium", "high"))
+        assert low >= medium >= high, prob

@@ -10,7 +10,16 @@ import numpy as np
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence, trim
 from voxrelay.asr.events import Partial
 from voxrelay.asr.worker import ASRHandler
-from voxrelay.ipc.records import AUDIO_FORMAT, Record, RecordKind, SampleFormat, Stamp
+from voxrelay.ipc.records import (
+    AUDIO_FORMAT,
+    CONTROL_BODY,
+    TURN_HINT,
+    ControlOp,
+    Record,
+    RecordKind,
+    SampleFormat,
+    Stamp,
+)
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as the pipeline's sources send it
 FRAME_NS = 20_000_000
@@ -111,3 +120,40 @@ def test_auto_decodes_with_base_alone_and_tiny_while_another_session_is_open(
     handler.handle(Record(RecordKind.END_OF_INPUT, 0, 2, 0, clock[0], 0, b""))
     feed(1, audio)  # alone again
     assert events.models == [(1, "base"), (1, "tiny.en"), (1, "base")]
+
+
+def _turn_hint(prob: float, session_id: int = 1, turn_id: int = 0) -> Record:
+    payload = CONTROL_BODY.pack(ControlOp.TURN_HINT, 0) + TURN_HINT.pack(prob)
+    return Record(RecordKind.CONTROL, 0, session_id, turn_id, 0, 0, payload)
+
+
+def _frames_from_speculative_end_to_final(clips: Path, prob: float | None) -> int:
+    """Feed goforward and silence one 20 ms frame per batch; at the SpeculativeEnd the
+    LLM's P(end of turn) arrives (None: never). Frames from it to the FINAL."""
+    out = RecordingSender()
+    handler = ASRHandler({"partial_interval_ms": 0}, out, NoEvents())  # type: ignore[arg-type]
+    audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(3.0)])
+    speculative_at = None
+    for index, start in enumerate(range(0, len(audio) - FRAME + 1, FRAME)):
+        handler.handle(_audio_record(audio[start : start + FRAME], (index + 1) * FRAME_NS))
+        handler.step()
+        sent = [kind for _, kind in out.sent]
+        if speculative_at is None and RecordKind.SPECULATIVE_END in sent:
+            speculative_at = index
+            if prob is not None:
+                handler.handle(_turn_hint(prob))
+                handler.step()
+        if RecordKind.FINAL in sent:
+            assert speculative_at is not None
+            return index - speculative_at
+    raise AssertionError("no FINAL")
+
+
+def test_a_confident_llm_ends_the_pause_at_once_an_unsure_one_waits(clips: Path) -> None:
+    at_once = _frames_from_speculative_end_to_final(clips, 0.9)
+    no_hint = _frames_from_speculative_end_to_final(clips, None)
+    unsure = _frames_from_speculative_end_to_final(clips, 1e-9)
+    assert at_once <= 1  # ended with the hint's own batch
+    # Without the hint the pause is decided at its deadline (text_hint_wait_ms later).
+    assert 150 / 20 - 1 <= no_hint < unsure
+    assert unsure * 20 >= 600  # "Go forward ten meters" is no end with P 1e-9

@@ -1,0 +1,148 @@
+"""The natural-pause set: whole turns of real speech whose pauses are the speakers' own.
+
+Turns (docs/asr.md, "The natural-pause set" says how they were chosen and labelled):
+- JFK's "And so my fellow Americans, ask not ..." (the `naturalclips` asset): one turn,
+  read with three pauses at its commas.
+- A two-speaker telephone call (pyannote.audio's sample, `naturalclips`): its
+  transcript's timed utterances, consecutive ones of one speaker joined into a turn;
+  each turn cut from the call at its own bounds (never into the next speaker's words).
+- A meeting recording's channel (pocketsphinx's `chan3`, 11 kHz, `testclips`): one
+  speaker's two turns, split where the channel is silent for over SPLIT_S (another
+  speaker has the floor).
+- A read sentence with a pause at its comma (pocketsphinx's VAD test `leak-test`, 8 kHz).
+- The other pocketsphinx clips (`testclips`): LibriVox sentences, spoken lists of cards
+  and numbers, short commands; one turn each.
+
+Labels come from the turn bounds, never from a fixed rule: every pause inside a turn
+(a run of unvoiced Silero windows of at least MIN_PAUSE_MS between voiced ones) is a
+mid-turn pause; the silence after the turn's last voiced window is its true end, except
+for the LibriVox and "forever" clips: sentences cut out of a continuous reading, whose
+reader goes on (`true_end` False: their pauses count, their ends do not).
+"""
+
+from __future__ import annotations
+
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soxr
+
+from tests.asr.clipdata import SAMPLE_RATE, read_clip, trim
+from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
+
+MIN_PAUSE_MS = 200  # eot-bench's shortest pause
+VOICED = 0.5  # Silero's threshold, with the endpointer's hysteresis below
+UNVOICED = 0.35
+POCKETSPHINX = (
+    "goforward.raw",
+    "something.raw",
+    "numbers.raw",
+    *(f"librivox/0{n}.wav" for n in (870, 880, 890, 920, 930)),
+    *(f"cards/00{n}.wav" for n in range(1, 6)),
+    "forever/input_2_16k.wav",
+    "forever/input_4_16k.wav",
+)
+# Cut out of a continuous reading: the speaker goes on after the clip's end.
+CONTINUED = ("librivox/", "forever/")
+# The call's turns end where the other speaker starts, at most this far past the words.
+CALL_TAIL_S = 0.15
+CALL_HEAD_S = 0.0
+# Silence this long inside a recording of one voice is another speaker's turn.
+SPLIT_S = 2.5
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    name: str
+    audio: np.ndarray  # 16 kHz float32: the turn's speech, no silence appended
+    pauses: tuple[tuple[int, int], ...]  # mid-turn pauses, (first, last + 1) sample
+    speech_end: int  # the sample after the turn's last voiced window: the true end
+    true_end: bool = True  # False: the recording was cut where the speaker went on
+
+
+def natural_turns(natural_dir: Path, testclips_dir: Path, vad_model: object) -> list[Turn]:
+    """Every turn of the set, labelled; `vad_model` is the shared Silero model."""
+    named: list[tuple[str, np.ndarray]] = [("jfk", trim(read_clip(natural_dir / "jfk.wav")))]
+    named += _call_turns(natural_dir)
+    named += _split_turns("chan3", _resampled(testclips_dir / "regression/chan3.wav"), vad_model)
+    named.append(("leak-test", trim(_resampled(testclips_dir / "vad/leak-test.wav"))))
+    named += [(name, trim(read_clip(testclips_dir / name))) for name in POCKETSPHINX]
+    return [_label(name, audio, vad_model) for name, audio in named]
+
+
+def _call_turns(natural_dir: Path) -> list[tuple[str, np.ndarray]]:
+    """The call's turns: STM lines `file channel speaker start end words`."""
+    call = read_clip(natural_dir / "call.wav")
+    lines = [line.split(maxsplit=5) for line in (natural_dir / "call.stm").read_text().splitlines()]
+    utterances = [(fields[2], float(fields[3]), float(fields[4])) for fields in lines if fields]
+    turns: list[list[tuple[str, float, float]]] = []
+    for utterance in utterances:
+        if turns and turns[-1][-1][0] == utterance[0]:
+            turns[-1].append(utterance)
+        else:
+            turns.append([utterance])
+    out = []
+    for index, turn in enumerate(turns):
+        start, end = turn[0][1] - CALL_HEAD_S, turn[-1][2] + CALL_TAIL_S
+        if index + 1 < len(turns):
+            end = min(end, turns[index + 1][0][1])
+        if index > 0:
+            start = max(start, turns[index - 1][-1][2])
+        segment = call[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)]
+        out.append((f"call/{index:02d}-{turn[0][0].lower()}", segment))
+    return out
+
+
+def _resampled(path: Path) -> np.ndarray:
+    with wave.open(str(path), "rb") as wav:
+        assert wav.getnchannels() == 1 and wav.getsampwidth() == 2, path
+        rate, pcm = wav.getframerate(), wav.readframes(wav.getnframes())
+    audio = np.frombuffer(pcm, np.int16).astype(np.float32) / 32768
+    return soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
+
+
+def _split_turns(name: str, audio: np.ndarray, vad_model: object) -> list[tuple[str, np.ndarray]]:
+    """The recording cut in the middle of every silence longer than SPLIT_S."""
+    voiced = _voiced(audio, vad_model)
+    gap = int(SPLIT_S * SAMPLE_RATE / WINDOW_SAMPLES)
+    indices = np.flatnonzero(voiced)
+    cuts = [0]
+    for before, after in zip(indices, indices[1:], strict=False):
+        if after - before > gap:
+            cuts.append((before + after) // 2 * WINDOW_SAMPLES)
+    cuts.append(audio.size)
+    return [
+        (f"{name}/{index}", trim(audio[start:end]))
+        for index, (start, end) in enumerate(zip(cuts, cuts[1:], strict=False))
+    ]
+
+
+def _voiced(audio: np.ndarray, vad_model: object) -> list[bool]:
+    vad = StreamingVAD(vad_model)  # type: ignore[arg-type]
+    probs = vad.push(audio.astype(np.float32)) + vad.pad_and_finish()
+    voiced: list[bool] = []
+    state = False
+    for prob in probs:
+        state = prob >= VOICED if not state else prob >= UNVOICED
+        voiced.append(state)
+    return voiced
+
+
+def _label(name: str, audio: np.ndarray, vad_model: object) -> Turn:
+    voiced = _voiced(audio, vad_model)
+    indices = np.flatnonzero(voiced)
+    assert indices.size, f"{name}: no speech"
+    first, last = int(indices[0]), int(indices[-1])
+    min_windows = -(-MIN_PAUSE_MS * SAMPLE_RATE // 1000 // WINDOW_SAMPLES)
+    pauses, run_start = [], None
+    for window in range(first, last + 1):
+        if not voiced[window] and run_start is None:
+            run_start = window
+        elif voiced[window] and run_start is not None:
+            if window - run_start >= min_windows:
+                pauses.append((run_start * WINDOW_SAMPLES, window * WINDOW_SAMPLES))
+            run_start = None
+    true_end = not name.startswith(CONTINUED)
+    return Turn(name, audio, tuple(pauses), (last + 1) * WINDOW_SAMPLES, true_end)
