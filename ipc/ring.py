@@ -12,11 +12,17 @@ Signalling uses two eventfds instead of reading the peer's index from shared mem
 the producer adds 1 to the *doorbell* per record published and the consumer consumes
 exactly the count it read; the consumer adds the bytes it freed to the *space* fd and
 the producer credits exactly that. The syscalls order the memory accesses, so this is
-correct on weakly ordered CPUs (ARM) without explicit fences. Head, tail and the
-records owed are mirrored in the control block only so a restarted stage can resume
-its side of a live ring. Each of those fields is one aligned 8-byte word, read and
-written whole through an int64 view: `struct` copies byte by byte, and a read racing
-a write could see a mix of old and new bytes (tests/pipeline/test_status.py shows it).
+correct on weakly ordered CPUs (ARM) without explicit fences. Freed bytes go back in
+batches: when the consumer finds the ring empty, or once a sixteenth of the ring is
+owed, so a stream of records costs one syscall each, not two (docs/ipc.md, "Where the
+time goes").
+
+Head, tail, the records owed and the bytes credited are mirrored in the control block
+only so a restarted stage can resume its side of a live ring. Each is one aligned
+8-byte word, read and written whole through a native-order int64 memoryview (one
+load or store in C): `struct`'s little-endian formats copy byte by byte, and a read
+racing a write could see a mix of old and new bytes (tests/ipc/test_ring.py and
+tests/pipeline/test_status.py show it).
 
 The peer's pidfd sits in every poll set: a dead peer is seen within milliseconds.
 """
@@ -31,20 +37,26 @@ import struct
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
-from voxrelay.ipc.records import ALIGN, HEADER, HEADER_BYTES, Record, RecordKind, padded
+from voxrelay.ipc.records import ALIGN, HEADER, HEADER_BYTES, Record, RecordKind
 
 CONTROL_BYTES = 4096
 MAGIC = 0x56585231  # "VXR1"
 _IDENT = struct.Struct("<IIQ")  # magic, version, capacity; offset 0
 # Control block words (int64 index = byte offset / 8): the producer's cache line at 64,
-# the consumer's at 128.
+# the consumer's at 128. CREDITED: ring position up to which freed bytes went into the
+# space fd (a restarted producer's free space is counted from it, not from the tail).
 _HEAD, _PUBLISHED, _DROPPED, _PRODUCER_BEAT = 8, 9, 10, 11
-_TAIL, _OWED, _CONSUMER_BEAT = 16, 17, 18
-_CLOSED = np.zeros(0, dtype=np.int64)
+_TAIL, _OWED, _CONSUMER_BEAT, _CREDITED = 16, 17, 18, 19
 _PAD_HEADER = struct.Struct("<IH")
-_KINDS = frozenset(int(k) for k in RecordKind)
+_KIND_OF = {int(k): k for k in RecordKind}  # a dict lookup, not the enum's slow call
+_ALIGN_MASK = ALIGN - 1
+# Bound once: the hot paths below run per record (docs/ipc.md, "Where the time goes").
+_pack_header = HEADER.pack_into
+_unpack_header = HEADER.unpack_from
+_pack_pad = _PAD_HEADER.pack_into
+_unpack_pad = _PAD_HEADER.unpack_from
+_eventfd_write = os.eventfd_write
+_clock = time.perf_counter_ns
 
 
 class PeerDied(ConnectionError):
@@ -92,9 +104,9 @@ def dropped_records(fds: RingFds) -> int:
     """Records the ring's producer dropped because it was full (`block=False` sends),
     read from the shared control block: any process holding the fds can count them."""
     with mmap.mmap(fds.memory, CONTROL_BYTES, prot=mmap.PROT_READ) as control:
-        words = np.frombuffer(control, dtype=np.int64, count=CONTROL_BYTES // 8)
-        dropped = int(words[_DROPPED])
-        del words  # the view pins the map
+        words = memoryview(control).cast("q")
+        dropped = words[_DROPPED]
+        words.release()  # the view pins the map
     return dropped
 
 
@@ -110,16 +122,20 @@ class _End:
 
     def __init__(self, fds: RingFds, peer_pid: int | None, wait_fd: int) -> None:
         self.fds = fds
+        self._doorbell, self._space = fds.doorbell, fds.space
         size = os.fstat(fds.memory).st_size
         self._map = mmap.mmap(fds.memory, size)
         magic, _version, capacity = _IDENT.unpack_from(self._map, 0)
         if magic != MAGIC or capacity + CONTROL_BYTES != size:
             raise ValueError("file descriptor is not a voxrelay ring")
-        self.capacity = capacity
-        self.max_record_bytes = capacity // 4
-        self._data = memoryview(self._map)[CONTROL_BYTES:]
-        # (512,) int64 over the page-aligned control block: one load or store per field.
-        self._words = np.frombuffer(self._map, dtype=np.int64, count=CONTROL_BYTES // 8)
+        self.capacity: int = capacity
+        self._mask = capacity - 1
+        self.max_record_bytes: int = capacity // 4
+        whole = memoryview(self._map)
+        self._data = whole[CONTROL_BYTES:]
+        # (512,) native int64 over the page-aligned control block: one load or store per field.
+        self._words = whole[:CONTROL_BYTES].cast("q")
+        whole.release()
         self._peer_fd = os.pidfd_open(peer_pid) if peer_pid is not None else None
         self._poll = select.poll()
         self._poll.register(wait_fd, select.POLLIN)
@@ -135,12 +151,13 @@ class _End:
         """Block until our eventfd fires; False on timeout; PeerDied if the peer exits."""
         timeout_ms = None if timeout_s is None else max(0, int(timeout_s * 1000))
         events = self._poll.poll(timeout_ms)
-        if self._peer_fd is not None and any(fd == self._peer_fd for fd, _ in events):
-            raise PeerDied("the process at the other end of the ring exited")
+        for fd, _ in events:
+            if fd == self._peer_fd:
+                raise PeerDied("the process at the other end of the ring exited")
         return bool(events)
 
     def close(self) -> None:
-        self._words = _CLOSED  # drop the view first: it pins the map
+        self._words.release()  # drop the views first: they pin the map
         self._data.release()
         # A caller may still hold a RecordView; then the GC unmaps later.
         with contextlib.suppress(BufferError):
@@ -156,16 +173,16 @@ class Producer(_End):
     def __init__(self, fds: RingFds, peer_pid: int | None = None) -> None:
         super().__init__(fds, peer_pid, fds.space)
         words = self._words
-        head, published, dropped = (int(words[i]) for i in (_HEAD, _PUBLISHED, _DROPPED))
-        tail = int(words[_TAIL])
-        # A restarted producer resumes a live ring: credit what the consumer freed so far.
-        # The drain comes after reading the tail so a concurrent free can only be
-        # under-counted (a few bytes lost to this ring), never counted twice.
+        self._head: int = words[_HEAD]
+        self._published: int = words[_PUBLISHED]
+        self._dropped: int = words[_DROPPED]
+        credited = words[_CREDITED]
+        # A restarted producer resumes a live ring: what the consumer credited so far is
+        # free, and the space fd's count is part of it. The consumer writes the fd before
+        # it raises CREDITED and we read CREDITED before the drain, so a credit racing
+        # with this is under-counted (a few bytes of this ring lost), never counted twice.
         _drain(fds.space)
-        self._head: int = head
-        self._published: int = published
-        self._dropped: int = dropped
-        self._free = self.capacity - (head - tail)
+        self._free = self.capacity - (self._head - credited)
 
     @property
     def dropped(self) -> int:
@@ -173,31 +190,27 @@ class Producer(_End):
 
     def unread_bytes(self) -> int:
         """Bytes sent that the consumer has not read yet (its position, read live)."""
-        return self._head - int(self._words[_TAIL])
+        return self._head - self._words[_TAIL]
 
     def fileno(self) -> int:
-        return self.fds.space
+        return self._space
 
     def beat(self, now_ns: int | None = None) -> None:
-        self._words[_PRODUCER_BEAT] = now_ns or time.perf_counter_ns()
+        self._words[_PRODUCER_BEAT] = now_ns or _clock()
 
     def _reserve(self, need: int, block: bool, timeout_s: float) -> bool:
-        if self._free >= need:  # the common case costs no syscall
-            return True
-        self._free += _drain(self.fds.space)
-        if self._free >= need:
-            return True
-        if not block:
-            return False
+        self._free += _drain(self._space)
+        if self._free >= need or not block:
+            return self._free >= need
         deadline = time.monotonic() + timeout_s
         while self._free < need:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._wait(remaining):
-                if self._free + _drain(self.fds.space) >= need:
+                if self._free + _drain(self._space) >= need:
                     break
                 raise RingFull(f"ring stayed full for {timeout_s:.3f} s ({need} bytes wanted)")
-            self._free += _drain(self.fds.space)
-        self._free += _drain(self.fds.space)
+            self._free += _drain(self._space)
+        self._free += _drain(self._space)
         return True
 
     def send(
@@ -213,39 +226,40 @@ class Producer(_End):
         timeout_s: float = 1.0,
     ) -> bool:
         """Publish one record; False if dropped (only with block=False)."""
-        length = HEADER_BYTES + sum(len(p) for p in parts)
-        need = padded(length)
+        length = HEADER_BYTES
+        for part in parts:
+            length += len(part)
+        need = (length + _ALIGN_MASK) & ~_ALIGN_MASK
         if need > self.max_record_bytes:
             raise ValueError(
                 f"record of {length} bytes exceeds this ring's limit of {self.max_record_bytes}"
             )
-        position = self._head % self.capacity
+        position = self._head & self._mask
         to_end = self.capacity - position
         total = need if need <= to_end else to_end + need
-        if not self._reserve(total, block, timeout_s):
+        if total > self._free and not self._reserve(total, block, timeout_s):
             self._dropped += 1
             self._words[_DROPPED] = self._dropped
             return False
+        data = self._data
         if need > to_end:
-            _PAD_HEADER.pack_into(self._data, position, to_end, RecordKind.PAD)
-            self._head += to_end
+            _pack_pad(data, position, to_end, RecordKind.PAD)
             position = 0
-        stamp = time.perf_counter_ns() if stamp_ns is None else stamp_ns
-        HEADER.pack_into(
-            self._data, position, length, kind, flags, session_id, turn_id, stamp, origin_ns
-        )
+        stamp = _clock() if stamp_ns is None else stamp_ns
+        _pack_header(data, position, length, kind, flags, session_id, turn_id, stamp, origin_ns)
         cursor = position + HEADER_BYTES
         for part in parts:
-            self._data[cursor : cursor + len(part)] = part
-            cursor += len(part)
-        self._head += need
+            end = cursor + len(part)
+            data[cursor:end] = part
+            cursor = end
+        self._head += total
         self._free -= total
         self._published += 1
         words = self._words
         words[_HEAD] = self._head
         words[_PUBLISHED] = self._published
         words[_PRODUCER_BEAT] = stamp
-        os.eventfd_write(self.fds.doorbell, 1)
+        _eventfd_write(self._doorbell, 1)
         return True
 
 
@@ -254,9 +268,9 @@ class RecordView:
 
     __slots__ = ("kind", "flags", "session_id", "turn_id", "stamp_ns", "origin_ns", "payload")
 
-    def __init__(self, header: tuple[int, ...], payload: memoryview) -> None:
-        _, kind, self.flags, self.session_id, self.turn_id, self.stamp_ns, self.origin_ns = header
-        self.kind = RecordKind(kind)
+    def __init__(self, kind: RecordKind, header: tuple[int, ...], payload: memoryview) -> None:
+        self.kind = kind
+        _, _, self.flags, self.session_id, self.turn_id, self.stamp_ns, self.origin_ns = header
         self.payload = payload
 
 
@@ -265,25 +279,41 @@ class Consumer(_End):
 
     def __init__(self, fds: RingFds, peer_pid: int | None = None) -> None:
         super().__init__(fds, peer_pid, fds.doorbell)
-        self._tail = int(self._words[_TAIL])
-        self._owed = int(self._words[_OWED])
+        words = self._words
+        self._tail: int = words[_TAIL]
+        self._owed: int = words[_OWED]
+        # Bytes a dead consumer freed and had not credited yet stay lost to this ring: it
+        # may have died between writing the space fd and raising CREDITED, and crediting
+        # them again could hand the producer bytes that hold unread records.
+        self._credited: int = self._tail
+        words[_CREDITED] = self._tail
+        self._credit_batch = self.capacity // 16
         self._current: int = 0  # padded size of the record under peek, 0 if none
 
     def fileno(self) -> int:
-        return self.fds.doorbell
+        return self._doorbell
 
     def beat(self, now_ns: int | None = None) -> None:
-        self._words[_CONSUMER_BEAT] = now_ns or time.perf_counter_ns()
+        self._words[_CONSUMER_BEAT] = now_ns or _clock()
 
     def pending(self) -> int:
         """Records published and not yet consumed, as far as the doorbell has told us."""
         if self._owed:  # read the doorbell only once the known records are consumed
             return self._owed
-        fresh = _drain(self.fds.doorbell)
+        fresh = _drain(self._doorbell)
         if fresh:
-            self._owed += fresh
-            self._words[_OWED] = self._owed
+            self._owed = fresh
+            self._words[_OWED] = fresh
+        elif self._tail != self._credited:  # ran dry: hand the freed bytes back now
+            self._credit()
         return self._owed
+
+    def _credit(self) -> None:
+        freed = self._tail - self._credited
+        if 0 < freed <= self.capacity:  # a scribbled control block credits nothing
+            _eventfd_write(self._space, freed)  # before CREDITED: see Producer.__init__
+        self._credited = self._tail
+        self._words[_CREDITED] = self._tail
 
     def wait(self, timeout_s: float | None) -> bool:
         """Wait until a record is pending; False on timeout."""
@@ -294,62 +324,66 @@ class Consumer(_End):
     def peek(self) -> RecordView | None:
         """The next record, read in place, or None if none is pending."""
         assert self._current == 0, "advance() the previous record first"
-        if not self.pending():
+        if not self._owed and not self.pending():
             return None
-        freed = 0
-        position = self._tail % self.capacity
-        if position % ALIGN:
+        data = self._data
+        position = self._tail & self._mask
+        if position & _ALIGN_MASK:
             raise RingCorrupt(f"ring read position {position} is not {ALIGN}-byte aligned")
-        length, kind = _PAD_HEADER.unpack_from(self._data, position)
+        to_end = self.capacity - position
+        # One unpack of the whole header; only a PAD can sit in the last < 32 bytes.
+        header = _unpack_header(data, position) if to_end >= HEADER_BYTES else None
+        length, kind = _unpack_pad(data, position) if header is None else header[:2]
         if kind == RecordKind.PAD:
             # The producer pads exactly to the end of the ring, and never twice running.
-            if length != self.capacity - position:
+            if length != to_end:
                 raise RingCorrupt(f"corrupt ring padding of {length} bytes at offset {position}")
-            freed = length
-            self._tail += length
-            position = 0
-            length, kind = _PAD_HEADER.unpack_from(self._data, position)
+            self._tail += length  # credited with the record after it
+            position, to_end = 0, self.capacity
+            header = _unpack_header(data, 0)
+            length, kind = header[:2]
             if kind == RecordKind.PAD:
                 raise RingCorrupt("corrupt ring: padding follows padding")
-        if freed:
-            os.eventfd_write(self.fds.space, freed)
-        if not HEADER_BYTES <= length <= min(self.max_record_bytes, self.capacity - position):
+        if header is None or not HEADER_BYTES <= length <= min(self.max_record_bytes, to_end):
             raise RingCorrupt(f"corrupt ring record length {length} at offset {position}")
-        header = HEADER.unpack_from(self._data, position)
-        self._current = padded(length)
-        if kind not in _KINDS:
+        self._current = (length + _ALIGN_MASK) & ~_ALIGN_MASK
+        record_kind = _KIND_OF.get(kind)
+        if record_kind is None:
             self.advance()
             raise ValueError(f"skipped a record of unknown kind {kind}")
-        return RecordView(header, self._data[position + HEADER_BYTES : position + length])
+        return RecordView(record_kind, header, data[position + HEADER_BYTES : position + length])
 
     def resync(self) -> None:
         """Skip whatever the producer published, after that producer died leaving garbage
         (RingCorrupt): the next producer on this ring starts from an empty ring."""
-        head = int(self._words[_HEAD])
-        _drain(self.fds.doorbell)
-        self._tail, self._owed, self._current = head, 0, 0
+        head = self._words[_HEAD]
+        _drain(self._doorbell)
+        self._tail, self._owed, self._current, self._credited = head, 0, 0, head
         self._mirror()
+        self._words[_CREDITED] = head
 
     def advance(self) -> None:
         """Release the record returned by `peek()` so the producer may reuse its bytes."""
         assert self._current, "nothing to advance past"
-        size, self._current = self._current, 0
-        self._tail += size
+        self._tail += self._current
+        self._current = 0
         self._owed -= 1
         self._mirror()
-        os.eventfd_write(self.fds.space, size)
+        if self._tail - self._credited >= self._credit_batch:
+            self._credit()
 
     def _mirror(self) -> None:
         words = self._words
         words[_TAIL] = self._tail
         words[_OWED] = self._owed
-        words[_CONSUMER_BEAT] = time.perf_counter_ns()
+        words[_CONSUMER_BEAT] = _clock()
 
     def recv(self) -> Record | None:
         """The next record with its payload copied out, or None."""
         view = self.peek()
         if view is None:
             return None
+        payload = view.payload
         record = Record(
             view.kind,
             view.flags,
@@ -357,8 +391,8 @@ class Consumer(_End):
             view.turn_id,
             view.stamp_ns,
             view.origin_ns,
-            bytes(view.payload),
+            bytes(payload),
         )
-        view.payload.release()
+        payload.release()
         self.advance()
         return record
