@@ -66,6 +66,10 @@ class ControlOp(IntEnum):
     SYSTEM_PROMPT = 5  # LLM only: the session's system prompt, UTF-8 after CONTROL_BODY
     VOICE_SPEED = 6  # TTS only: the session's voice speed; argument = speed x 1000
     HEARD = 7  # LLM only: what the user heard of turn_id's cut reply, UTF-8 after CONTROL_BODY
+    # ASR only: the LLM's P(end of turn) for turn_id's pause, TURN_HINT after CONTROL_BODY
+    TURN_HINT = 8
+    # ASR only: the session's eagerness (UTF-8 after CONTROL_BODY); argument = fallback ms
+    TURN_TAKING = 9
 
 
 class Stamp(IntEnum):
@@ -87,6 +91,10 @@ class Stamp(IntEnum):
     SPECULATIVE_END = 20  # ASR sent its best transcript after a short silence
     LLM_START = 21  # the LLM opened the reply's request (at SPECULATIVE_END or FINAL)
     END_HELD = 22  # ASR: the words so far stop mid-sentence, so this pause ends the turn later
+    # LLM: its P(end of turn) at the reply's prefill; value = probability x PROB_SCALE
+    TURN_END_PROB = 23
+    # ASR: a pause's learned decision; value = wait ms, text = END_SCORE
+    END_SCORED = 24
 
 
 class SampleFormat(IntEnum):
@@ -100,6 +108,10 @@ TOKEN_ID = struct.Struct("<I")
 CONTROL_BODY = struct.Struct("<II")  # ControlOp, argument
 STAMP_BODY = struct.Struct("<Hq")  # Stamp, value
 TEXT_PAIR = struct.Struct("<I")  # byte length of the first string; the second follows
+TURN_HINT = struct.Struct("<d")  # P(end of turn)
+# audio P, text P (NaN: none), fused P, decision CPU ms (a learned end of turn's pause)
+END_SCORE = struct.Struct("<dddd")
+PROB_SCALE = 1_000_000_000_000  # a probability in a stamp's integer value, to 1e-12
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,10 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from voxrelay.asr.turn_end import probe_text
 from voxrelay.ipc.channel import Sender
 from voxrelay.ipc.records import (
     CONTROL_BODY,
     FINAL_INFO,
+    PROB_SCALE,
     TOKEN_ID,
     ControlOp,
     Record,
@@ -215,7 +217,8 @@ class LLMHandler(TableHandler):
 
     def _start_reply(self, record: Record, text: str, committed: bool) -> tuple[int, _Reply]:
         dialogue = self._dialogue(record.session_id)
-        prompt = dialogue.prompt_text(self.backend, self.config, text)
+        # Without Whisper's closing mark: the probe of P(end of turn) reads this prompt.
+        prompt = dialogue.prompt_text(self.backend, self.config, probe_text(text))
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
         reply.committed = committed
         reply.limit = SentenceLimit(self.config.max_sentences)
@@ -291,6 +294,10 @@ class LLMHandler(TableHandler):
                 continue
             if not reply.parts:
                 self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_FIRST_TOKEN)
+                if output.probe_prob is not None:
+                    # The ASR ends a learned pause on it (asr/turn_end.py), via the supervisor.
+                    value = round(output.probe_prob * PROB_SCALE)
+                    self.events.stamp(reply.session_id, reply.turn_id, Stamp.TURN_END_PROB, value)
                 # Ready before the end of the turn: prefilled from partials, or served by
                 # the prefix cache (system prompt, dialogue, shared partial blocks).
                 early = max(reply.early_tokens, output.num_cached_tokens)

@@ -16,7 +16,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voxrelay.pipeline.heard import heard_text
-from voxrelay.pipeline.realtime_config import RealtimeError, apply_update, decode_base64
+from voxrelay.pipeline.realtime_config import (
+    RealtimeError,
+    apply_update,
+    decode_base64,
+    turn_taking,
+)
 from voxrelay.pipeline.realtime_events import error_object, new_id
 from voxrelay.pipeline.realtime_responses import RealtimeOutput
 
@@ -104,6 +109,11 @@ class RealtimeSession(RealtimeOutput):
         if detection is not None and self._held_input:  # manual -> VAD: what was held goes
             held, self._held_input = bytes(self._held_input), bytearray()
             await self.feed_audio(held, self.input_rate)
+        if detection is not None and detection != old.turn_detection:
+            try:  # semantic_vad's eagerness, server_vad's silence: the ASR's end of turn
+                self.pipeline.set_turn_taking(self.session_id, *turn_taking(detection))
+            except ValueError as exc:
+                raise RealtimeError("invalid_value", str(exc), "session.audio.input") from None
         interrupting = detection is None or detection.interrupt_response
         hooks = self._barge_in if interrupting else (None, None)
         self.session.on_speech_start, self.session.on_transcript = hooks

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from voxrelay.ipc.records import AUDIO_FORMAT, ControlOp, Record, RecordKind, SampleFormat
+from voxrelay.asr.config import ASRConfig
+from voxrelay.ipc.records import (
+    AUDIO_FORMAT,
+    PROB_SCALE,
+    STAMP_BODY,
+    TURN_HINT,
+    ControlOp,
+    Record,
+    RecordKind,
+    SampleFormat,
+    Stamp,
+)
 from voxrelay.pipeline.audio_io import Clip
 from voxrelay.pipeline.barge_in import BargeInRule
 from voxrelay.pipeline.config import PipelineConfig
@@ -79,6 +90,7 @@ class Pipeline:
         if self._spans is not None:
             self.traces.observers.append(self._spans.export_turn)
         self.supervisor = Supervisor(config, self._on_record)
+        self.asr_settings = dict(config.asr)
         self.supervisor.on_restart = self._on_restart
         self._sinks: dict[int, CollectingSink] = {}
 
@@ -92,6 +104,16 @@ class Pipeline:
             sink.done.set()
 
     def _on_record(self, stage: str, record: Record) -> None:
+        if record.kind == RecordKind.STAMP and stage == "llm":
+            point, value = STAMP_BODY.unpack_from(record.payload)
+            if point == Stamp.TURN_END_PROB:  # the ASR decides the pause on it
+                self.supervisor.control(
+                    ControlOp.TURN_HINT,
+                    session_id=record.session_id,
+                    turn_id=record.turn_id,
+                    stages=("asr",),
+                    text=TURN_HINT.pack(value / PROB_SCALE),
+                )
         if record.kind == RecordKind.END_OF_INPUT:
             # The supervisor has delivered the events written before it (LAST_WORDS).
             session = self.router.sessions.get(record.session_id)
@@ -196,6 +218,24 @@ class Pipeline:
             raise ValueError(f"voice speed {speed} is outside 0.5..2.0 (1.0 = normal tempo)")
         self.supervisor.control(
             ControlOp.VOICE_SPEED, round(speed * 1000), session_id=session_id, stages=("tts",)
+        )
+
+    def set_turn_taking(
+        self, session_id: int, eagerness: str | None, fallback_ms: int | None = None
+    ) -> None:
+        """The session's pauses end the turn with this eagerness ("low", "medium",
+        "high") and wait at most `fallback_ms`; None keeps the ASR's configured value.
+        ValueError (nothing sent) when either is out of range."""
+        settings = ASRConfig(**self.asr_settings)
+        eagerness = settings.eagerness if eagerness is None else eagerness
+        fallback_ms = settings.turn_fallback_ms if fallback_ms is None else fallback_ms
+        replace(settings, eagerness=eagerness, turn_fallback_ms=fallback_ms)  # validates
+        self.supervisor.control(
+            ControlOp.TURN_TAKING,
+            fallback_ms,
+            session_id=session_id,
+            stages=("asr",),
+            text=eagerness.encode(),
         )
 
     def set_heard(self, session_id: int, turn_id: int, heard: str) -> None:

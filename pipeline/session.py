@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from voxrelay.ipc.records import AUDIO_FORMAT, STAMP_BODY, Record, RecordKind, Stamp
+from voxrelay.ipc.records import AUDIO_FORMAT, END_SCORE, STAMP_BODY, Record, RecordKind, Stamp
 from voxrelay.pipeline.commit_gate import CommitGate, Retraction
 from voxrelay.pipeline.heard import CUT_MARK, Playback, heard_text
 from voxrelay.pipeline.trace import TraceSink, TurnTrace
@@ -314,6 +315,14 @@ class Session:
         elif stamp == Stamp.END_HELD:
             trace.end_holds += 1
             self.sink.on_text(record.turn_id, "speech.held", "")
+        elif stamp == Stamp.END_SCORED:
+            audio, text_prob, end_prob, decision_ms = END_SCORE.unpack_from(
+                record.payload, STAMP_BODY.size
+            )
+            trace.end_scores += 1
+            trace.end_audio_prob = None if math.isnan(audio) else audio
+            trace.end_text_prob = None if math.isnan(text_prob) else text_prob
+            trace.end_prob, trace.end_wait_ms, trace.end_decision_ms = end_prob, value, decision_ms
         elif stamp in _SPECULATIVE_STAMPS:
             # One per attempt at the reply: the next attempt's replaces a retracted one's,
             # even when it comes before the RESUME (pipeline.commit_gate.Retraction).

@@ -90,6 +90,13 @@ class TurnTrace:
     heard_text: str = ""  # of a cut reply: what the user heard (the LLM's history keeps it)
     speculative_retracts: int = 0  # speculative replies dropped (the user spoke on)
     end_holds: int = 0  # pauses that waited longer: the words stopped mid-sentence
+    # The learned end of turn's last scored pause (asr/turn_end.py): the one that ended it.
+    end_scores: int = 0
+    end_prob: float | None = None
+    end_audio_prob: float | None = None
+    end_text_prob: float | None = None
+    end_wait_ms: int | None = None
+    end_decision_ms: float | None = None
     asr_model: str = ""
     llm_model: str = ""
     tts_voice: str = ""
@@ -140,10 +147,20 @@ class TurnTrace:
         row["heard_text"] = self.heard_text or None
         row["speculative_retracts"] = self.speculative_retracts
         row["end_holds"] = self.end_holds
+        row["end_scores"] = self.end_scores
+        row["end_prob"] = _rounded(self.end_prob, 4)
+        row["end_audio_prob"] = _rounded(self.end_audio_prob, 4)
+        row["end_text_prob"] = self.end_text_prob
+        row["end_wait_ms"] = self.end_wait_ms
+        row["end_decision_ms"] = _rounded(self.end_decision_ms, 2)
         row["error"] = self.error or None
         row["dtmf"] = self.dtmf or None
         row["dtmf_first_ns"] = self.dtmf_first_ns or None
         return row
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 TraceObserver = Callable[[dict[str, Any]], None]

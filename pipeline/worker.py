@@ -75,13 +75,13 @@ class Events:
         turn_id: int,
         point: Stamp,
         value: int = 0,
-        text: str = "",
+        text: str | bytes = "",
         at_ns: int | None = None,
     ) -> None:
         self._sender.send(
             RecordKind.STAMP,
             STAMP_BODY.pack(point, value),
-            text.encode(),
+            text.encode() if isinstance(text, str) else text,
             session_id=session_id,
             turn_id=turn_id,
             stamp_ns=at_ns,

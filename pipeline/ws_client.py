@@ -88,6 +88,9 @@ class ClientSession:
         self._voice_rate = 0  # the rate reply audio reaches this sink at
         self._sent_bytes: dict[int, int] = {}  # by turn: reply audio that left for the client
         self.voice_speed = 1.0
+        # The session's end of turn (asr/turn_end.py); None: the ASR stage's setting.
+        self.turn_eagerness: str | None = None
+        self.turn_fallback_ms: int | None = None
         self._closing: asyncio.Task[None] | None = None
         self.dropped_audio_bytes = 0
         self.close_reason: str | None = None  # set once the server decided to close
@@ -382,13 +385,35 @@ class ClientSession:
                 f"tempo), got {speed!r}; nothing was changed",
             )
             return
+        eagerness = message.get("turn_eagerness", self.turn_eagerness)
+        fallback = message.get("turn_fallback_ms", self.turn_fallback_ms)
+        taking = (eagerness, fallback) != (self.turn_eagerness, self.turn_fallback_ms)
+        if taking:
+            try:  # validated before anything of this update is applied
+                if fallback is not None and (
+                    not isinstance(fallback, int) or isinstance(fallback, bool)
+                ):
+                    raise ValueError(f"turn_fallback_ms must be an integer, got {fallback!r}")
+                if eagerness is not None and not isinstance(eagerness, str):
+                    raise ValueError(f"turn_eagerness must be a string, got {eagerness!r}")
+                self.pipeline.set_turn_taking(self.session_id, eagerness, fallback)
+            except ValueError as exc:
+                self.send_event(
+                    "error", code="invalid_message", message=f"{exc}; nothing was changed"
+                )
+                return
+            self.turn_eagerness, self.turn_fallback_ms = eagerness, fallback
         if instructions is not None:
             self.pipeline.set_system_prompt(self.session_id, instructions)
         if speed is not None:
             self.voice_speed = float(speed)
             self.pipeline.set_voice_speed(self.session_id, self.voice_speed)
         self.send_event(
-            "session.updated", instructions=instructions is not None, voice_speed=self.voice_speed
+            "session.updated",
+            instructions=instructions is not None,
+            voice_speed=self.voice_speed,
+            turn_eagerness=self.turn_eagerness,
+            turn_fallback_ms=self.turn_fallback_ms,
         )
 
     def close(self) -> None:

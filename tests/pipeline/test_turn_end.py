@@ -34,5 +34,5 @@ def test_held_pause_is_one_turn_with_the_hold_in_its_trace(clips_dir) -> None:
     assert "spades" in row["transcript"].lower() and "hearts" in row["transcript"].lower()
     assert row["end_holds"] == 1, row
     # The held pause was not the last: the turn ended at the usual 300 ms.
-    assert row["endpoint_ms"] < ASRConfig().unfinished_end_silence_ms, row
+    assert row["endpoint_ms"] < ASRConfig().turn_fallback_ms, row
     assert row["reply_text"] and len(result.audio) > 0

@@ -162,27 +162,41 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
             assert (await _event(ws))["type"] == "session.created"
             codes = []
             bad_speed = '{"type": "session.update", "voice_speed": 3, "instructions": "x"}'
-            for message in ("not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03", bad_speed):
+            bad_turn = '{"type": "session.update", "turn_eagerness": "eager", "voice_speed": 1.2}'
+            for message in (
+                "not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03", bad_speed, bad_turn
+            ):  # fmt: skip
                 await ws.send(message)
                 event = await _event(ws)
                 assert event["type"] == "error" and event["message"], event
                 codes.append(event["code"])
             await ws.send(json.dumps({"type": "session.update", "instructions": "Be brief."}))
             updated = await _event(ws)
+            turn = {"type": "session.update", "turn_eagerness": "low", "turn_fallback_ms": 3000}
+            await ws.send(json.dumps(turn))
+            turn_updated = await _event(ws)
             await ws.send(b"\x00\x00" * 320)  # 20 ms of silence is accepted quietly
             await ws.send(json.dumps({"type": "interrupt"}))
             cleared = await _event(ws)
-            return codes, updated, cleared
+            return codes, updated, turn_updated, cleared
 
-    codes, updated, cleared = asyncio.run(scenario())
+    codes, updated, turn_updated, cleared = asyncio.run(scenario())
     assert codes == [
         "invalid_json",
         "invalid_message",
         "unknown_type",
         "invalid_audio",
         "invalid_message",
+        "invalid_message",
     ]
-    assert updated == {"type": "session.updated", "instructions": True, "voice_speed": 1.0}
+    unset = {"turn_eagerness": None, "turn_fallback_ms": None}
+    assert updated == {
+        "type": "session.updated",
+        "instructions": True,
+        "voice_speed": 1.0,
+        **unset,
+    }  # the bad updates above changed nothing, not even the voice speed
+    assert turn_updated["turn_eagerness"] == "low" and turn_updated["turn_fallback_ms"] == 3000
     assert cleared["type"] == "response.audio.clear"
 
 
