@@ -185,16 +185,18 @@ def test_real_clip_through_the_api_then_nothing_is_left_running(clips_dir):
     assert not left & spawned, f"still running after the pipeline closed: {left & spawned}"
 
 
-async def _interrupt_at_the_first_reply_audio(session, end_input_first: bool) -> list:
-    """Streams the clip as fast as the loop allows, reads up to the reply's first audio,
-    lets more of it queue unread, interrupts, then reads until the input has ended."""
+async def _interrupt_at_the_first_reply_audio(
+    session, end_input_first: bool, unread_s: float
+) -> list:
+    """Reads up to the reply's first audio, lets `unread_s` more of it queue unread,
+    interrupts, then reads until the input has ended."""
     events = []
     async with asyncio.timeout(120):
         async for event in session:
             events.append(event)
             if isinstance(event, voxrelay.ReplyAudio):
                 break
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(unread_s)
         session.interrupt()
     if not end_input_first:
         session.end_input()
@@ -202,21 +204,22 @@ async def _interrupt_at_the_first_reply_audio(session, end_input_first: bool) ->
     return events
 
 
-async def _cut_session(clip, end_input_first: bool) -> list:
+async def _cut_session(clip, end_input_first: bool, unread_s: float, llm: dict) -> list:
+    """The clip streamed as fast as the loop allows, its reply cut at its first audio."""
     async with (
-        voxrelay.open_pipeline({"llm": {"max_new_tokens": 24}}) as pipeline,
+        voxrelay.open_pipeline({"llm": llm}) as pipeline,
         pipeline.session() as session,
     ):
         await session.stream(clip.pcm16, clip.sample_rate, realtime=False)
         if end_input_first:
             session.end_input()
-        return await _interrupt_at_the_first_reply_audio(session, end_input_first)
+        return await _interrupt_at_the_first_reply_audio(session, end_input_first, unread_s)
 
 
 @pytest.mark.slow
 def test_interrupt_cuts_the_reply_and_drops_its_queued_audio(clips_dir):
     clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(1.0)
-    events = asyncio.run(_cut_session(clip, end_input_first=False))
+    events = asyncio.run(_cut_session(clip, False, 0.3, {"max_new_tokens": 24}))
     cut = _first(events, voxrelay.Interrupted)
     turn = events[_first(events, voxrelay.ReplyAudio)].turn
     assert events[cut].turn == turn + 1
@@ -235,8 +238,10 @@ def test_interrupt_cuts_the_reply_and_drops_its_queued_audio(clips_dir):
     "worker's NEW_TURN filter drops marker jobs (turn 0); reported to the lead",
 )
 def test_interrupt_after_end_input_still_ends_the_input(clips_dir):
+    # Cut at once, while the full-length reply still decodes: END_OF_INPUT, right behind
+    # the final transcript, is then waiting in the LLM stage for that reply.
     clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(1.0)
-    events = asyncio.run(_cut_session(clip, end_input_first=True))
+    events = asyncio.run(_cut_session(clip, True, 0.0, {}))
     assert isinstance(events[-1], voxrelay.InputEnded)
 
 
