@@ -176,6 +176,11 @@ class VoiceSession:
         """Replies speak at `speed` (0.5..2.0, 1.0 normal) from the next fragment on."""
         self._pipeline.set_voice_speed(self.session_id, speed)
 
+    def set_turn_taking(self, eagerness: str | None, fallback_ms: int | None = None) -> None:
+        """How soon a pause ends the user's turn: eagerness "low", "medium" or "high", and
+        the longest wait, `fallback_ms` (None keeps the ASR's setting; docs/asr.md)."""
+        self._pipeline.set_turn_taking(self.session_id, eagerness, fallback_ms)
+
     def close(self) -> None:
         """Frees the session in every stage; the event iterator ends after what is queued."""
         if not self.closed:

@@ -163,6 +163,9 @@ def test_real_clip_through_the_api_then_nothing_is_left_running(clips_dir):
                 live.end_input()
                 first = await _events_until_input_end(live)
             resampled = pipeline.session(output_sample_rate=16_000)
+            with pytest.raises(ValueError, match="eagerness"):
+                resampled.set_turn_taking("eager")  # refused before anything is sent
+            resampled.set_turn_taking("high")
             silence = np.zeros(odd_rate, np.float32)
             await resampled.stream(np.concatenate([floats, silence]), odd_rate, realtime=False)
             with pytest.raises(ValueError, match="format changed from 11025 Hz x 1"):
