@@ -13,8 +13,12 @@ from voxrelay.pipeline.models import asset_path
 
 def llm_config(settings: dict[str, Any]) -> LLMConfig:
     values = dict(settings)
-    default_model = asset_path(str(values.pop("model", "smollm2"))) / "model.gguf"
-    values["model_path"] = Path(values.get("model_path", default_model))
+    model = str(values.pop("model", "smollm2"))
+    # A bundled model is looked up only when no file is named: a host that points the
+    # stage at its own GGUF need not have fetched SmolLM2.
+    if "model_path" not in values:
+        values["model_path"] = asset_path(model) / "model.gguf"
+    values["model_path"] = Path(values["model_path"])
     # Backend settings arrive as JSON objects: {"backend": "openai", "openai": {...}}.
     if isinstance(values.get("openai"), dict):
         values["openai"] = OpenAIBackendConfig(**values["openai"])
