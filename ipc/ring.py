@@ -332,6 +332,14 @@ class Consumer(_End):
 
     def peek(self) -> RecordView | None:
         """The next record, read in place, or None if none is pending."""
+        found = self._next()
+        if found is None:
+            return None
+        kind, header, start = found
+        return RecordView(kind, header, self._data[start : start - HEADER_BYTES + header[0]])
+
+    def _next(self) -> tuple[RecordKind, tuple[int, ...], int] | None:
+        """Find the next record: its kind, its header and where its payload starts."""
         assert self._current == 0, "advance() the previous record first"
         if not self._owed and not self.pending():
             return None
@@ -360,7 +368,7 @@ class Consumer(_End):
         if record_kind is None:
             self.advance()
             raise ValueError(f"skipped a record of unknown kind {kind}")
-        return RecordView(record_kind, header, data[position + HEADER_BYTES : position + length])
+        return record_kind, header, position + HEADER_BYTES
 
     def resync(self) -> None:
         """Skip whatever the producer published, after that producer died leaving garbage
@@ -389,18 +397,19 @@ class Consumer(_End):
 
     def recv(self) -> Record | None:
         """The next record with its payload copied out, or None."""
-        view = self.peek()
-        if view is None:
+        found = self._next()
+        if found is None:
             return None
-        payload = view.payload
+        kind, header, start = found
+        _, _, flags, session_id, turn_id, stamp_ns, origin_ns = header
+        start += CONTROL_BYTES  # the mapping's own slice copies once, with no view to release
         record: Record = _new_record(Record)
-        _SET_KIND(record, view.kind)
-        _SET_FLAGS(record, view.flags)
-        _SET_SESSION(record, view.session_id)
-        _SET_TURN(record, view.turn_id)
-        _SET_STAMP(record, view.stamp_ns)
-        _SET_ORIGIN(record, view.origin_ns)
-        _SET_PAYLOAD(record, bytes(payload))
-        payload.release()
+        _SET_KIND(record, kind)
+        _SET_FLAGS(record, flags)
+        _SET_SESSION(record, session_id)
+        _SET_TURN(record, turn_id)
+        _SET_STAMP(record, stamp_ns)
+        _SET_ORIGIN(record, origin_ns)
+        _SET_PAYLOAD(record, self._map[start : start - HEADER_BYTES + header[0]])
         self.advance()
         return record
