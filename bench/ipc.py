@@ -5,6 +5,11 @@ transport's own wait (poll on an eventfd, zmq poll, Queue.get), subtracts it fro
 own clock on arrival. CLOCK_MONOTONIC is shared by all processes, so the difference is
 the one-way latency including the wake-up. Messages are spaced so each one finds the
 receiver asleep, the case a voice pipeline lives in (one token every few tens of ms).
+The transports take turns, a few hundred messages each per round, so a burst of load
+from elsewhere on the machine falls on all of them alike: compare within one run.
+
+`ipc.ring.idle_cpu_pct`: the CPU a ring consumer uses while it waits with no traffic
+(it must sleep in the kernel, not spin).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import resource
 import struct
 import tempfile
 import time
@@ -25,9 +31,11 @@ from voxrelay.ipc.records import RecordKind
 from voxrelay.ipc.ring import Consumer, Producer, create_ring
 
 STAMP = struct.Struct("<q")
-MESSAGES = 2000
-WARMUP = 100
+MESSAGES = 500  # per transport per round
+ROUNDS = 4
+WARMUP = 50
 GAP_S = 0.001
+IDLE_S = 2.0
 
 
 def _pace(index: int, start: float) -> None:
@@ -138,11 +146,39 @@ TRANSPORTS: dict[str, Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]]
 }
 
 
+def idle_cpu_pct(seconds: float = IDLE_S) -> float:
+    """CPU time a ring consumer spends in `wait` over `seconds` with nothing sent, as a
+    percentage of one core (its process's user + system time, the wait alone)."""
+    context = mp.get_context("fork")
+    fds = create_ring(1 << 16)
+    parent, child = context.Pipe()
+
+    def waiter() -> None:
+        consumer = Consumer(fds)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        woke = consumer.wait(seconds)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        child.send((woke, used))
+
+    process = context.Process(target=waiter)
+    process.start()
+    woke, used_s = parent.recv()
+    process.join(10)
+    fds.close()
+    assert not woke, "nothing was sent, yet the consumer woke with a record"
+    return 100.0 * used_s / seconds
+
+
 def run() -> dict[str, float]:
     results: dict[str, float] = {}
     for size in (16, 640):
-        for name, make_pair in TRANSPORTS.items():
-            micros = measure(make_pair, size)
+        samples: dict[str, list[np.ndarray]] = {name: [] for name in TRANSPORTS}
+        for _ in range(ROUNDS):
+            for name, make_pair in TRANSPORTS.items():
+                samples[name].append(measure(make_pair, size))
+        for name, rounds in samples.items():
+            micros = np.concatenate(rounds)
             results[f"ipc.{name}.p50_us.{size}"] = round(float(np.percentile(micros, 50)), 1)
             results[f"ipc.{name}.p99_us.{size}"] = round(float(np.percentile(micros, 99)), 1)
         ring_p50 = results[f"ipc.ring.p50_us.{size}"]
@@ -150,6 +186,7 @@ def run() -> dict[str, float]:
             results[f"ipc.{name}_over_ring.p50.{size}"] = round(
                 results[f"ipc.{name}.p50_us.{size}"] / ring_p50, 2
             )
+    results["ipc.ring.idle_cpu_pct"] = round(idle_cpu_pct(), 3)
     return results
 
 
@@ -165,6 +202,10 @@ def table(results: dict[str, float]) -> str:
                 f"{name:10} {size:>5} {results[f'ipc.{name}.p50_us.{size}']:>8.1f} "
                 f"{results[f'ipc.{name}.p99_us.{size}']:>8.1f} {ratio:>10.2f}x"
             )
+    lines.append(
+        f"ring consumer waiting {IDLE_S:.0f} s with no traffic: "
+        f"{results['ipc.ring.idle_cpu_pct']:.3f}% of a core"
+    )
     return "\n".join(lines)
 
 

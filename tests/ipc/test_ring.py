@@ -1,3 +1,4 @@
+import mmap
 import os
 import signal
 import subprocess
@@ -148,3 +149,19 @@ def test_killed_peer_is_detected_within_50_ms():
         consumer.wait(5.0)
     assert time.perf_counter() - killed_at < 0.05
     child.wait()
+
+
+def test_peek_reads_the_shared_mapping_in_place(ring):
+    """Zero-copy: the view is the ring's memory, so a byte changed there shows through it."""
+    producer, consumer = ring
+    producer.send(RecordKind.AUDIO_IN, b"\1\2\3\4")
+    view = consumer.peek()
+    assert view is not None and isinstance(view.payload, memoryview)
+    assert bytes(view.payload) == b"\1\2\3\4"
+    with mmap.mmap(producer.fds.memory, 0) as other:
+        start = other.find(b"\1\2\3\4")
+        other[start] = 9  # through a second mapping of the same memfd
+    assert bytes(view.payload) == b"\x09\2\3\4"
+    view.payload.release()
+    consumer.advance()
+    assert consumer.recv() is None
