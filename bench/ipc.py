@@ -9,7 +9,9 @@ The transports take turns, a few hundred messages each per round, so a burst of 
 from elsewhere on the machine falls on all of them alike: compare within one run.
 
 `ipc.ring.idle_cpu_pct`: the CPU a ring consumer uses while it waits with no traffic
-(it must sleep in the kernel, not spin).
+(it must sleep in the kernel, not spin). `ipc.ring.*_us.warm|cold`: one send and one
+recv in a single process, back to back (warm), and each after 32 MiB were written to
+evict the caches (cold: what a process that wakes from sleep meets, docs/ipc.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from voxrelay.ipc.records import RecordKind
+from voxrelay.ipc.records import HEADER_BYTES, RecordKind
 from voxrelay.ipc.ring import Consumer, Producer, create_ring
 
 STAMP = struct.Struct("<q")
@@ -36,6 +38,8 @@ ROUNDS = 4
 WARMUP = 50
 GAP_S = 0.001
 IDLE_S = 2.0
+EVICT_BYTES = 32 << 20
+COLD_ROUNDS = 200
 
 
 def _pace(index: int, start: float) -> None:
@@ -170,6 +174,39 @@ def idle_cpu_pct(seconds: float = IDLE_S) -> float:
     return 100.0 * used_s / seconds
 
 
+def ring_call_costs() -> dict[str, float]:
+    """Median cost of one `send` and one `recv` of a 640-byte record in one process:
+    back to back (warm), and each right after 32 MiB were written (cold)."""
+    fds = create_ring(1 << 20)
+    producer, consumer = Producer(fds), Consumer(fds)
+    payload = os.urandom(640 - HEADER_BYTES)
+    evict = np.ones(EVICT_BYTES // 8)
+    results: dict[str, float] = {}
+    for state in ("warm", "cold"):
+        cold = state == "cold"
+        send_ns, recv_ns = [], []
+        for _ in range(COLD_ROUNDS):
+            if cold:
+                evict += 1.0
+            start = time.perf_counter_ns()
+            producer.send(RecordKind.TOKEN, payload)
+            sent = time.perf_counter_ns()
+            if cold:
+                evict += 1.0
+            reading = time.perf_counter_ns()
+            record = consumer.recv()
+            done = time.perf_counter_ns()
+            assert record is not None and len(record.payload) == len(payload)
+            send_ns.append(sent - start)
+            recv_ns.append(done - reading)
+        for key, spent in (("send", send_ns), ("recv", recv_ns)):
+            results[f"ipc.ring.{key}_us.{state}"] = round(float(np.median(spent)) / 1e3, 2)
+    for end in (producer, consumer):
+        end.close()
+    fds.close()
+    return results
+
+
 def run() -> dict[str, float]:
     results: dict[str, float] = {}
     for size in (16, 640):
@@ -187,6 +224,7 @@ def run() -> dict[str, float]:
                 results[f"ipc.{name}.p50_us.{size}"] / ring_p50, 2
             )
     results["ipc.ring.idle_cpu_pct"] = round(idle_cpu_pct(), 3)
+    results.update(ring_call_costs())
     return results
 
 
@@ -205,6 +243,14 @@ def table(results: dict[str, float]) -> str:
     lines.append(
         f"ring consumer waiting {IDLE_S:.0f} s with no traffic: "
         f"{results['ipc.ring.idle_cpu_pct']:.3f}% of a core"
+    )
+    lines.append(
+        "ring calls in one process (us): "
+        + ", ".join(
+            f"{key} {state} {results[f'ipc.ring.{key}_us.{state}']:.2f}"
+            for state in ("warm", "cold")
+            for key in ("send", "recv")
+        )
     )
     return "\n".join(lines)
 

@@ -21,8 +21,8 @@ Head, tail, the records owed and the bytes credited are mirrored in the control 
 only so a restarted stage can resume its side of a live ring. Each is one aligned
 8-byte word, read and written whole through a native-order int64 memoryview (one
 load or store in C): `struct`'s little-endian formats copy byte by byte, and a read
-racing a write could see a mix of old and new bytes (tests/ipc/test_ring.py and
-tests/pipeline/test_status.py show it).
+racing a write could see a mix of old and new bytes (tests/ipc/test_ring_signals.py
+checks the ring's words, tests/pipeline/test_status.py the status block's).
 
 The peer's pidfd sits in every poll set: a dead peer is seen within milliseconds.
 """
