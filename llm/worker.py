@@ -274,12 +274,17 @@ class LLMHandler(TableHandler):
                 del self.replies[request_id]
                 if op == ControlOp.NEW_TURN:  # HEARD follows: what of it the user heard
                     self.cut[(reply.session_id, reply.turn_id)] = reply.user_text
+        if op == ControlOp.NEW_TURN:
+            # An interrupt after the end of input: the END_OF_INPUT held for the aborted
+            # replies goes on now, or the session waiting for it never hears of it.
+            self._release_end(record.session_id)
         open_prompt = self.open_prompts.get(record.session_id)
         if open_prompt is not None and open_prompt.turn_id < limit:
             self._drop_open_prompt(record.session_id)
         if op == ControlOp.SESSION_CLOSE:
             self.dialogues.pop(record.session_id, None)
             self.retracted_turn.pop(record.session_id, None)
+            self.pending_end.discard(record.session_id)  # the stages drop its records
             for key in [k for k in self.cut if k[0] == record.session_id]:
                 del self.cut[key]
 
@@ -351,11 +356,15 @@ class LLMHandler(TableHandler):
         del self.replies[request_id]
         dialogue = self._dialogue(reply.session_id)
         dialogue.add(reply.turn_id, reply.user_text, reply.text)
-        if reply.session_id in self.pending_end and not any(
-            r.session_id == reply.session_id for r in self.replies.values()
+        self._release_end(reply.session_id)
+
+    def _release_end(self, session_id: int) -> None:
+        """The session's pending END_OF_INPUT out, once it has no reply left."""
+        if session_id in self.pending_end and not any(
+            r.session_id == session_id for r in self.replies.values()
         ):
-            self.pending_end.discard(reply.session_id)
-            self.out.send(RecordKind.END_OF_INPUT, session_id=reply.session_id)
+            self.pending_end.discard(session_id)
+            self.out.send(RecordKind.END_OF_INPUT, session_id=session_id)
 
 
 def _cpu_threads(backend: object) -> int:

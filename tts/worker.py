@@ -117,10 +117,17 @@ class TTSHandler(TableHandler):
         if op == ControlOp.SESSION_CLOSE:
             self.speeds.pop(record.session_id, None)
         if op in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
-            # Drop every fragment of this session's older turns (barge-in, hang-up).
+            # Drop every fragment of this session's older turns (barge-in, hang-up). A
+            # barge-in keeps the END_OF_INPUT marker (turn 0): the session still waits
+            # for it; a hang-up drops it with the rest.
             limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
+            keep_marker = op == ControlOp.NEW_TURN
             self.jobs = deque(
-                j for j in self.jobs if j.session_id != record.session_id or j.turn_id >= limit
+                j
+                for j in self.jobs
+                if j.session_id != record.session_id
+                or j.turn_id >= limit
+                or (keep_marker and j.fragment is None)
             )
             for key in [k for k in self.chunkers if k[0] == record.session_id and k[1] < limit]:
                 del self.chunkers[key]

@@ -234,12 +234,6 @@ def test_interrupt_cuts_the_reply_and_drops_its_queued_audio(clips_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a NEW_TURN after END_OF_INPUT loses the marker: the LLM worker drops the aborted "
-    "reply without sending the END_OF_INPUT it held for it (pending_end), and the TTS "
-    "worker's NEW_TURN filter drops marker jobs (turn 0); reported to the lead",
-)
 def test_interrupt_after_end_input_still_ends_the_input(clips_dir):
     # Cut at once, while the full-length reply still decodes: END_OF_INPUT, right behind
     # the final transcript, is then waiting in the LLM stage for that reply.
