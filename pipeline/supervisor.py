@@ -200,12 +200,13 @@ class Supervisor:
             consumer.resync()
         stage.corrupt.clear()
         stage.restarts += 1
+        stage.status.reset()  # not ready while down (/metrics' voxrelay_stage_ready, is_ready)
         if stage.restarts > self.config.max_restarts:
             log.error("%s stage exceeded %d restarts", stage.name, self.config.max_restarts)
             self.on_restart(stage.name, why + "; restart budget exhausted")
             return
         self.on_restart(stage.name, why)
-        stage.status.reset()  # before the standby hears b"G": it marks ready at once
+        # Reset above, before the standby hears b"G": it marks ready at once.
         promoted = self._standbys.promote(stage.name) if self._standbys else None
         if promoted is None:
             self._spawn(stage)
@@ -257,7 +258,11 @@ class Supervisor:
         return self._stages[name].restarts
 
     def is_ready(self, name: str) -> bool:
-        return self._stages[name].status.ready_ns != 0
+        """Whether `name` has loaded its models and its process is running (a dead one
+        reads not ready even before its exit is handled)."""
+        stage = self._stages[name]
+        alive = stage.process is not None and stage.process.poll() is None
+        return alive and stage.status.ready_ns != 0
 
     def standby_ready(self, name: str) -> bool:
         """Whether `name` has a standby with its models loaded (warm_standby only)."""

@@ -272,11 +272,6 @@ def test_health_check_passes_on_a_running_server_and_fails_without_its_token(ser
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="Supervisor._restart returns before status.reset() once the restart budget is "
-    "spent, so a dead stage keeps voxrelay_stage_ready at 1; reported to the lead",
-)
 def test_health_check_fails_once_a_stage_is_down_for_good(server):
     from tests.pipeline.serve_process import TOKEN
 
