@@ -33,9 +33,9 @@ from voxrelay.ipc.records import HEADER_BYTES, RecordKind
 from voxrelay.ipc.ring import Consumer, Producer, create_ring
 
 STAMP = struct.Struct("<q")
-MESSAGES = 500  # per transport per round
-ROUNDS = 4
-WARMUP = 50
+MESSAGES = 250  # per transport per round
+ROUNDS = 8
+WARMUP = 100
 GAP_S = 0.001
 IDLE_S = 2.0
 EVICT_BYTES = 32 << 20
