@@ -16,6 +16,7 @@ from voxrelay.ipc.ring import _PRODUCER_BEAT, Consumer, Producer, create_ring
 
 SINK = Path(__file__).with_name("ring_sink.py")
 RECORD = padded(32 + 600)  # a 600-byte payload's share of the ring
+RECORDS = 20_000  # per hammer run: ~1 s
 
 
 def _readable(fd: int) -> bool:
@@ -123,7 +124,7 @@ def test_no_lost_wake_up_under_a_hammer_of_full_and_empty(seed):
     producer = Producer(fds, peer_pid=sink.pid)
     sizes = random.Random(seed)
     try:
-        for index in range(4000):
+        for index in range(RECORDS):
             size = sizes.choice([0, 8, 100, 600, 990])
             producer.send(
                 RecordKind.TOKEN,
@@ -134,7 +135,7 @@ def test_no_lost_wake_up_under_a_hammer_of_full_and_empty(seed):
             )
             if sizes.random() < 0.01:
                 time.sleep(sizes.random() * 0.002)  # let the sink fall asleep
-        producer.send(RecordKind.END_OF_INPUT, session_id=4000, timeout_s=5.0)
+        producer.send(RecordKind.END_OF_INPUT, session_id=RECORDS, timeout_s=5.0)
         assert sink.wait(10) == 0
     finally:
         sink.kill()
