@@ -6,7 +6,10 @@ the whole of voxrelay saves: pipeline/naive.py).
 
 Each clip is fed at real-time pace (20 ms frames) followed by trailing silence, as a
 live caller would produce it; TTFA is the first reply sample leaving the pipeline
-minus the end of the user's speech (both on the shared monotonic clock).
+minus the end of the user's speech (both on the shared monotonic clock). The comparison
+runs every mode with the same end of turn, 300 ms of silence; the default learned end
+of turn (asr/turn_end.py) then runs the clips once more, and the natural-pause set's
+turns once each (how many stay whole, the TTFA at their true ends).
 """
 
 from __future__ import annotations
@@ -93,10 +96,33 @@ async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float |
     return (watch.cleared_ns - max(starts)) / 1e6
 
 
-async def _streaming(clips: list[tuple[str, Clip]]) -> tuple[list[dict[str, Any]], list[float]]:
+def natural_clips() -> list[Clip]:
+    """The natural-pause set's turns with a true end (tests/asr/natural.py), 3 s of
+    silence after each: more than the longest wait, the fallback."""
+    from tests.asr.natural import natural_turns
+    from voxrelay.asr.vad import load_vad_model
+
+    turns = natural_turns(asset_path("naturalclips"), asset_path("testclips"), load_vad_model())
+    return [
+        Clip((turn.audio * 32767).astype(np.int16), 16_000, 1).with_silence(3.0)
+        for turn in turns
+        if turn.true_end
+    ]
+
+
+async def _natural(pipeline: Pipeline, clips: list[Clip]) -> list[list[dict[str, Any]]]:
+    """Each natural turn once, at real-time pace: the traces it became (one when whole)."""
+    return [[t.to_dict() for t in (await pipeline.run_clip(clip)).traces] for clip in clips]
+
+
+async def _streaming(
+    clips: list[tuple[str, Clip]], natural: list[Clip]
+) -> tuple[list[dict[str, Any]], list[float], list[dict[str, Any]], list[list[dict[str, Any]]]]:
     rows: list[dict[str, Any]] = []
     barge_ins: list[float] = []
-    async with Pipeline(PipelineConfig()) as pipeline:
+    # Like for like with the yardsticks, which end every turn at 300 ms of silence: what
+    # streaming saves with the same end of turn. The learned end (the default) runs after.
+    async with Pipeline(PipelineConfig(asr={"turn_detection": "silence"})) as pipeline:
         # One warm-up turn: first-call allocations are not what a live server pays.
         await pipeline.run_clip(clips[0][1])
         for _round in range(ROUNDS):
@@ -106,7 +132,13 @@ async def _streaming(clips: list[tuple[str, Clip]]) -> tuple[list[dict[str, Any]
             measured = await _barge_in_ms(pipeline, clips[index][1], clips[index + 1][1])
             if measured is not None:
                 barge_ins.append(measured)
-    return rows, barge_ins
+    learned: list[dict[str, Any]] = []
+    async with Pipeline(PipelineConfig()) as pipeline:
+        await pipeline.run_clip(clips[0][1])
+        for _name, clip in clips:
+            learned += _rows((await pipeline.run_clip(clip)).traces)
+        natural_rows = await _natural(pipeline, natural)
+    return rows, barge_ins, learned, natural_rows
 
 
 def _yardstick(mode: str, clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
@@ -128,7 +160,7 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 def run() -> dict[str, float]:
     clips = corpus()
-    streaming, barge_ins = asyncio.run(_streaming(clips))
+    streaming, barge_ins, learned, natural = asyncio.run(_streaming(clips, natural_clips()))
     modes = {"streaming": streaming}
     modes.update((mode, _yardstick(mode, clips)) for mode in YARDSTICKS)
     results: dict[str, float] = {"e2e.clips": float(len(clips)), "e2e.rounds": float(ROUNDS)}
@@ -156,6 +188,22 @@ def run() -> dict[str, float]:
     # The yardsticks never hold the end of turn (asr/turn_end.py): with a held turn here
     # the comparison would not be like for like, so it is counted.
     results["e2e.end_holds.streaming"] = float(sum(r.get("end_holds", 0) for r in streaming))
+    # The default, learned end of turn on the same clips (one round) and on natural speech.
+    learned_ttfa = [r["ttfa_ms"] for r in learned]
+    results["e2e.ttfa_ms.p50.learned"] = round(float(np.percentile(learned_ttfa, 50)), 1)
+    results["e2e.endpoint_ms.p50.learned"] = _median(learned, "endpoint_ms")
+    # Natural speech with its own pauses: how many turns stayed whole, and the TTFA at
+    # their true ends (the last trace of each: a turn cut short ends there too).
+    results["e2e.natural.turns"] = float(len(natural))
+    whole = sum(len(rows) == 1 for rows in natural)
+    results["e2e.natural.whole_pct"] = round(100 * whole / max(len(natural), 1), 1)
+    ends = [rows[-1]["ttfa_ms"] for rows in natural if rows and rows[-1].get("ttfa_ms")]
+    results["e2e.ttfa_ms.p50.natural"] = (
+        round(float(np.percentile(ends, 50)), 1) if ends else float("nan")
+    )
+    results["e2e.ttfa_ms.p95.natural"] = (
+        round(float(np.percentile(ends, 95)), 1) if ends else float("nan")
+    )
     streaming_p50 = results["e2e.ttfa_ms.p50.streaming"]
     for mode in YARDSTICKS:
         # The issue's figure is the cut against `sequential`; the naive one is suffixed.
@@ -188,6 +236,16 @@ def table(results: dict[str, float]) -> str:
         f"{results['e2e.barge_in_ms.p50']} ms (p50 of {results['e2e.barge_in.measured']:.0f})"
     )
     lines.append(f"streaming turns whose end was held: {results['e2e.end_holds.streaming']:.0f}")
+    lines.append(
+        f"learned end of turn (the default), same clips, 1 round: TTFA p50 "
+        f"{results['e2e.ttfa_ms.p50.learned']} ms "
+        f"(endpoint {results['e2e.endpoint_ms.p50.learned']})"
+    )
+    lines.append(
+        f"natural speech, {results['e2e.natural.turns']:.0f} real turns with their own pauses: "
+        f"{results['e2e.natural.whole_pct']:.1f}% kept whole, TTFA at the true end p50 "
+        f"{results['e2e.ttfa_ms.p50.natural']} ms, p95 {results['e2e.ttfa_ms.p95.natural']} ms"
+    )
     lines.append(
         "SpeculativeEnd -> LLM reply start, p50: "
         f"{results['e2e.reply_start_wait_ms.p50.streaming']} ms"

@@ -135,7 +135,10 @@ def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
     second = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
 
     async def scenario():
-        async with Pipeline(PipelineConfig(barge_in_min_words=3)) as pipeline:
+        # The short utterance must end as a turn of its own: the silence rule ends it
+        # after 300 ms, where the learned end would wait on "He was." and join it to the next.
+        config = PipelineConfig(barge_in_min_words=3, asr={"turn_detection": "silence"})
+        async with Pipeline(config) as pipeline:
             sink = TimedSink()
             session = pipeline.open_session(sink, "test")
             await pipeline.feed(session.session_id, first, realtime=True)

@@ -542,3 +542,35 @@ def test_a_pause_after_unfinished_words_is_held_and_the_client_told(server, clip
     assert "hearts" in _normalise(events["transcript.final"]["text"])
     trace = events["trace"]
     assert trace["end_holds"] == 1 and trace["asr_model"] == "base", trace
+
+
+@pytest.mark.slow
+def test_jfk_with_its_own_pauses_is_one_turn_at_low_eagerness(server, natural_dir):
+    """The issue's example, sent at real-time pace: JFK's three pauses at his commas
+    (0.6-1.2 s) stay inside the turn, and its real end still commits (a reply comes)."""
+    clip = read_clip(natural_dir / "jfk.wav")
+    log: list = []
+
+    async def scenario() -> None:
+        async with connect(_url(server.port), additional_headers=AUTH) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            await ws.send(json.dumps({"type": "session.update", "turn_eagerness": "low"}))
+            assert json.loads(await ws.recv())["turn_eagerness"] == "low"
+            sender = asyncio.create_task(_stream_clip(ws, clip, 3.0))
+            while True:
+                message = await asyncio.wait_for(ws.recv(), 60)
+                if isinstance(message, bytes):
+                    continue
+                event = json.loads(message)
+                log.append(event)
+                if event["type"] == "trace" and "country" in _normalise(event["transcript"]):
+                    break
+            await sender
+
+    asyncio.run(scenario())
+    finals = [e["text"] for e in log if e["type"] == "transcript.final"]
+    assert len(finals) == 1, finals
+    assert "ask not what your country" in _normalise(finals[0]), finals
+    trace = log[-1]
+    assert trace["reply_text"] and trace["ttfa_ms"] is not None
+    assert trace["end_scores"] >= 1 and trace["end_prob"] is not None, trace

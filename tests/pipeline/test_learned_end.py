@@ -1,0 +1,71 @@
+"""The learned end of turn through the stage processes: the LLM's P(end of turn) reaches
+the ASR in time to decide the pause, and the natural-pause clips keep one turn each."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.asr.clipdata import read_clip, trim
+from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
+
+pytestmark = pytest.mark.slow
+
+
+def _clip(audio: np.ndarray) -> Clip:
+    return Clip((audio * 32767).astype(np.int16), 16_000, 1).with_silence(3.0)
+
+
+def _run(clips: list[Clip], asr: dict[str, object] | None = None) -> list[list[dict]]:
+    async def scenario() -> list[list[dict]]:
+        rows = []
+        async with Pipeline(PipelineConfig(asr=asr or {})) as pipeline:
+            for clip in clips:
+                result = await pipeline.run_clip(clip)
+                assert not result.errors, result.errors
+                rows.append([trace.to_dict() for trace in result.traces])
+        return rows
+
+    return asyncio.run(scenario())
+
+
+def test_the_llms_probability_decides_the_pause(clips_dir: Path) -> None:
+    (rows,) = _run([_clip(trim(read_clip(clips_dir / "goforward.raw")))])
+    (row,) = rows
+    assert row["end_scores"] >= 1, row
+    assert row["end_text_prob"] is not None, row  # it came from the LLM stage in time
+    assert row["end_audio_prob"] is not None and 0 <= row["end_audio_prob"] <= 1
+    assert 0 <= row["end_prob"] <= 1 and row["end_decision_ms"] > 0
+    assert row["reply_text"] and row["ttfa_ms"] is not None
+
+
+def test_voxrelay_run_keeps_jfk_one_turn_at_low_eagerness(natural_dir: Path, tmp_path) -> None:
+    """`voxrelay run` on JFK with 3 s of silence after it: one turn through the processes,
+    committed by its learned end (not by the end of the file), with a reply."""
+    import json
+    import subprocess
+    import sys
+    import wave
+
+    clip = _clip(read_clip(natural_dir / "jfk.wav"))
+    source = tmp_path / "jfk-and-silence.wav"
+    with wave.open(str(source), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16_000)
+        out.writeframes(clip.pcm16.tobytes())
+    traces = tmp_path / "traces.jsonl"
+    command = [sys.executable, "-m", "voxrelay.pipeline.cli", "run", "--input", str(source),
+               "--output", str(tmp_path / "reply.wav"), "--trace", str(traces),
+               "--turn-eagerness", "low"]  # fmt: skip
+    subprocess.run(command, check=True, timeout=300, capture_output=True)
+    rows = [json.loads(line) for line in traces.read_text().splitlines()]
+    assert len(rows) == 1, [row["transcript"] for row in rows]
+    (row,) = rows
+    assert "country" in row["transcript"].lower() and row["reply_text"], row
+    assert row["end_prob"] is not None and row["endpoint_ms"] < 2_900, row  # before the EOF
