@@ -38,6 +38,8 @@ ROUNDS = 8
 WARMUP = 100
 GAP_S = 0.001
 IDLE_S = 2.0
+PLACEMENTS = ("same_cpu", "other_cpu")  # the receiver's CPU: the sender's, or the next
+PLACED_ROUNDS = 3
 EVICT_BYTES = 32 << 20
 COLD_ROUNDS = 200
 
@@ -110,7 +112,9 @@ def _queue_pair() -> tuple[Callable[[], Any], Callable[[], Any]]:
     return (lambda: queue.put), (lambda: queue.get)
 
 
-def _receive(make_receiver: Callable[[], Any], count: int, conn: Any) -> None:
+def _receive(make_receiver: Callable[[], Any], count: int, conn: Any, cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # before the receiver exists: zmq's threads follow
     recv = make_receiver()
     conn.send("ready")
     latencies = np.empty(count, dtype=np.int64)
@@ -121,23 +125,37 @@ def _receive(make_receiver: Callable[[], Any], count: int, conn: Any) -> None:
 
 
 def measure(
-    make_pair: Callable[[], tuple[Callable[[], Any], Callable[[], Any]]], size: int
+    make_pair: Callable[[], tuple[Callable[[], Any], Callable[[], Any]]],
+    size: int,
+    placement: str | None = None,
 ) -> np.ndarray:
+    """One-way latencies (us). `placement`: None leaves both processes to the scheduler;
+    "same_cpu" / "other_cpu" pin the sender to the first CPU this process may use and the
+    receiver to that one or the next."""
     context = mp.get_context("fork")
     make_sender, make_receiver = make_pair()
     parent, child = context.Pipe()
     total = MESSAGES + WARMUP
-    process = context.Process(target=_receive, args=(make_receiver, total, child))
+    allowed = os.sched_getaffinity(0)
+    cpus = sorted(allowed)
+    receiver_cpu = None if placement is None else cpus[PLACEMENTS.index(placement)]
+    args = (make_receiver, total, child, receiver_cpu)
+    process = context.Process(target=_receive, args=args)
     process.start()
-    send = make_sender()
-    assert parent.recv() == "ready"
-    time.sleep(0.05)
-    filler = os.urandom(max(0, size - STAMP.size))
-    start = time.perf_counter()
-    for index in range(total):
-        _pace(index, start)
-        send(STAMP.pack(time.perf_counter_ns()) + filler)
-    latencies = np.frombuffer(parent.recv(), dtype=np.int64)[WARMUP:]
+    try:
+        if placement is not None:
+            os.sched_setaffinity(0, {cpus[0]})
+        send = make_sender()
+        assert parent.recv() == "ready"
+        time.sleep(0.05)
+        filler = os.urandom(max(0, size - STAMP.size))
+        start = time.perf_counter()
+        for index in range(total):
+            _pace(index, start)
+            send(STAMP.pack(time.perf_counter_ns()) + filler)
+        latencies = np.frombuffer(parent.recv(), dtype=np.int64)[WARMUP:]
+    finally:
+        os.sched_setaffinity(0, allowed)  # the benchmarks after this one get every CPU
     process.join(10)
     return latencies / 1000.0  # microseconds
 
@@ -207,6 +225,21 @@ def ring_call_costs() -> dict[str, float]:
     return results
 
 
+def placed(results: dict[str, float]) -> None:
+    """640 B with the receiver on the sender's CPU and on the other one: on a VM whose
+    idle vCPUs halt, waking the other one is most of the latency (docs/ipc.md)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return
+    for placement in PLACEMENTS:
+        samples: dict[str, list[np.ndarray]] = {name: [] for name in TRANSPORTS}
+        for _ in range(PLACED_ROUNDS):
+            for name, make_pair in TRANSPORTS.items():
+                samples[name].append(measure(make_pair, 640, placement))
+        for name, rounds in samples.items():
+            p50 = float(np.percentile(np.concatenate(rounds), 50))
+            results[f"ipc.{name}.p50_us.640.{placement}"] = round(p50, 1)
+
+
 def run() -> dict[str, float]:
     results: dict[str, float] = {}
     for size in (16, 640):
@@ -223,6 +256,7 @@ def run() -> dict[str, float]:
             results[f"ipc.{name}_over_ring.p50.{size}"] = round(
                 results[f"ipc.{name}.p50_us.{size}"] / ring_p50, 2
             )
+    placed(results)
     results["ipc.ring.idle_cpu_pct"] = round(idle_cpu_pct(), 3)
     results.update(ring_call_costs())
     return results
@@ -239,6 +273,15 @@ def table(results: dict[str, float]) -> str:
             lines.append(
                 f"{name:10} {size:>5} {results[f'ipc.{name}.p50_us.{size}']:>8.1f} "
                 f"{results[f'ipc.{name}.p99_us.{size}']:>8.1f} {ratio:>10.2f}x"
+            )
+    for placement in PLACEMENTS:
+        if f"ipc.ring.p50_us.640.{placement}" in results:
+            lines.append(
+                f"640 B p50, receiver on the {placement.replace('_', ' ')}: "
+                + ", ".join(
+                    f"{name} {results[f'ipc.{name}.p50_us.640.{placement}']:.1f}"
+                    for name in TRANSPORTS
+                )
             )
     lines.append(
         f"ring consumer waiting {IDLE_S:.0f} s with no traffic: "
