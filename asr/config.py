@@ -47,9 +47,11 @@ class ASRConfig:
     # 0 or not above end_silence_ms, and when speculative_silence_ms is not below
     # end_silence_ms (no transcript to read in time).
     turn_fallback_ms: int = 2500
-    # The LLM's P(end of turn) is awaited this long after the pause is scored; past it
-    # the pause is decided without it (a remote LLM backend never sends one).
-    text_hint_wait_ms: int = 150
+    # The LLM's P(end of turn) is awaited this long after the SpeculativeEnd (it comes
+    # with the reply's first token, ~40 ms on an idle 2-core box, later under load); past
+    # it the pause ends as the silence rule ends it. A remote backend says at once that
+    # none will come.
+    text_hint_wait_ms: int = 500
     # 0 disables partial transcripts (offline transcription does not need them).
     partial_interval_ms: int = 600
     max_utterance_s: float = 20.0

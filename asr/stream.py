@@ -290,8 +290,9 @@ class ASRStream:
         pending.scored = True
         pending.decision_ns += time.perf_counter_ns() - started
 
-    def hint(self, utterance_id: int, text_prob: float) -> list[ASREvent]:
-        """The LLM's P(end of turn) for the pause of `utterance_id` (late ones are ignored)."""
+    def hint(self, utterance_id: int, text_prob: float | None) -> list[ASREvent]:
+        """The LLM's P(end of turn) for the pause of `utterance_id` (late ones are ignored);
+        None: the LLM has none to give (a remote backend), so the pause is decided now."""
         utterance = self._utterance
         if utterance is None or utterance.utterance_id != utterance_id or not utterance.pending:
             return []

@@ -8,6 +8,7 @@ interrupt must never swallow the turns of later input.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -145,7 +146,8 @@ class ASRHandler(TableHandler):
             if stream is not None:
                 (prob,) = TURN_HINT.unpack_from(record.payload, CONTROL_BODY.size)
                 utterance = record.turn_id - self.turn_base.get(record.session_id, 0)
-                self._forward(record.session_id, stream.hint(utterance, prob))
+                known = None if math.isnan(prob) else prob  # NaN: the backend has none
+                self._forward(record.session_id, stream.hint(utterance, known))
             return
         if op == ControlOp.TURN_TAKING:
             settings = (record.text(CONTROL_BODY.size), int(argument))

@@ -99,6 +99,10 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("pyzmq ipc one-way latency p50, 640 B (us)", "ipc.zmq.p50_us.640"),
     ("pyzmq + JSON one-way latency p50, 640 B (us)", "ipc.zmq_json.p50_us.640"),
     ("multiprocessing.Queue one-way latency p50, 640 B (us)", "ipc.mp_queue.p50_us.640"),
+    ("pyzmq + JSON p50 / ring p50, 640 B", "ipc.zmq_json_over_ring.p50.640"),
+    ("ring p50, 640 B, receiver on the sender's CPU (us)", "ipc.ring.p50_us.640.same_cpu"),
+    ("ring p50, 640 B, receiver on the other CPU (us)", "ipc.ring.p50_us.640.other_cpu"),
+    ("ring consumer idle, no traffic (% of a core)", "ipc.ring.idle_cpu_pct"),
 )
 
 

@@ -234,14 +234,17 @@ def fit() -> Weights:
     for turn in turns:
         stream = ASRStream(config, models, weights=never, hold_unfinished=False)
         events = stream_turn(stream, turn.audio, probe)
-        texts = [e.text for _, e in events if isinstance(e, SpeculativeEnd)]
-        scores = [e for _, e in events if isinstance(e, EndScored)]
-        for index, (text, score) in enumerate(zip(texts, scores, strict=True)):
-            last = index == len(scores) - 1
-            if last and not turn.true_end:
-                continue
-            signals = TurnSignals(text, score.audio_prob, score.text_prob)
-            rows.append((signals.features(), last))
+        scored: list[TurnSignals] = []
+        text = ""
+        for _, event in events:  # each EndScored decides the pause of the SpeculativeEnd before
+            if isinstance(event, SpeculativeEnd):
+                text = event.text
+            elif isinstance(event, EndScored):
+                scored.append(TurnSignals(text, event.audio_prob, event.text_prob))
+        for index, signals in enumerate(scored):
+            last = index == len(scored) - 1
+            if not last or turn.true_end:
+                rows.append((signals.features(), last))
     features = np.array([[*row, 1.0] for row, _ in rows])
     labels = np.array([float(is_end) for _, is_end in rows])
     weights = np.zeros(features.shape[1])

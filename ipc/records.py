@@ -91,7 +91,8 @@ class Stamp(IntEnum):
     SPECULATIVE_END = 20  # ASR sent its best transcript after a short silence
     LLM_START = 21  # the LLM opened the reply's request (at SPECULATIVE_END or FINAL)
     END_HELD = 22  # ASR: the words so far stop mid-sentence, so this pause ends the turn later
-    # LLM: its P(end of turn) at the reply's prefill; value = probability x PROB_SCALE
+    # LLM: its P(end of turn) at the reply's prefill; value = probability x PROB_SCALE,
+    # or -1 when its backend cannot read one (sent as the reply starts)
     TURN_END_PROB = 23
     # ASR: a pause's learned decision; value = wait ms, text = END_SCORE
     END_SCORED = 24

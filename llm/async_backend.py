@@ -80,6 +80,8 @@ class AsyncBackend:
     """Base of the remote-style backends; subclasses supply `_start`, `_stop` and
     `_generate` (an async iterator of `Chunk`s for one prompt)."""
 
+    probes_end_of_turn = False  # a remote stream carries no logits to probe
+
     def __init__(self, config: LLMConfig, warm_prefix: bool) -> None:
         self.config = config
         self.warm_prefix = warm_prefix

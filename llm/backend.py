@@ -27,6 +27,10 @@ STOP_TEXTS = ("<|im_end|>", "<|endoftext|>")
 
 
 class LLMBackend(Protocol):
+    # Whether the first TokenOutput of a reply carries `probe_prob` (the LLM's P(end of
+    # turn), llm/runner.py): the native engine's does; a remote server's stream does not.
+    probes_end_of_turn: bool
+
     def render(self, messages: Sequence[Mapping[str, str]]) -> str:
         """The ChatML prompt for `messages`, ending with the assistant header."""
         ...

@@ -16,6 +16,8 @@ from voxrelay.llm.sequence import TokenOutput
 
 
 class NativeBackend:
+    probes_end_of_turn = True
+
     def __init__(self, config: LLMConfig, engine: LLMEngine | None = None) -> None:
         self.engine = LLMEngine(config) if engine is None else engine
         self.tokenizer = self.engine.tokenizer

@@ -237,6 +237,9 @@ class LLMHandler(TableHandler):
                 self.backend.abort(open_prompt.request_id)
             request_id = next(self._request_ids)
         self.backend.submit(request_id, prompt)
+        if not committed and not self.backend.probes_end_of_turn:
+            # No probability will come: the ASR need not wait for one (asr/turn_end.py).
+            self.events.stamp(record.session_id, record.turn_id, Stamp.TURN_END_PROB, -1)
         self.replies[request_id] = reply
         reply.prompt_tokens = self.backend.count_tokens(prompt)
         return request_id, reply

@@ -9,6 +9,7 @@ records: when it comes back out of TTS, every turn of that input is complete.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -112,7 +113,7 @@ class Pipeline:
                     session_id=record.session_id,
                     turn_id=record.turn_id,
                     stages=("asr",),
-                    text=TURN_HINT.pack(value / PROB_SCALE),
+                    text=TURN_HINT.pack(value / PROB_SCALE if value >= 0 else math.nan),
                 )
         if record.kind == RecordKind.END_OF_INPUT:
             # The supervisor has delivered the events written before it (LAST_WORDS).

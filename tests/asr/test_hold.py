@@ -4,6 +4,7 @@ end of turn), then the rest."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +27,9 @@ from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import Final, Hold, Resume, SpeculativeEnd
 from voxrelay.asr.stream import ASRStream
 
-HOLDING = ASRConfig(model="tiny.en", partial_interval_ms=0)
-FIXED = ASRConfig(model="tiny.en", partial_interval_ms=0, turn_fallback_ms=0)
+# The words' rule alone (the learned end holds the same pauses, and scores the others).
+HOLDING = ASRConfig(model="tiny.en", partial_interval_ms=0, turn_detection="silence")
+FIXED = replace(HOLDING, turn_fallback_ms=0)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ from tests.asr.clipdata import (
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
     Discard,
-    EndScored,
     Final,
     Partial,
     Resume,
@@ -39,7 +38,9 @@ MS = 1_000_000
 
 def test_clip_gives_start_then_final_with_accurate_speech_end(clips: Path, models) -> None:
     audio = read_clip(clips / "goforward.raw")
-    stream = ASRStream(ASRConfig(model="tiny.en"), models)
+    # The silence rule: its end comes at end_silence_ms (the learned end's timing is
+    # tests/asr/test_worker.py's and tests/pipeline/test_learned_end.py's).
+    stream = ASRStream(ASRConfig(model="tiny.en", turn_detection="silence"), models)
     events = feed_frames(stream, np.concatenate([audio, silence(1.0)]))
     kinds = [type(e) for _, e in events]
     assert kinds[0] is SpeechStart and kinds.count(Final) == 1
@@ -104,18 +105,18 @@ def test_two_clips_with_long_silence_give_two_finals(clips: Path, models) -> Non
 def test_short_pause_gives_speculative_end_resume_and_one_final(clips: Path, models) -> None:
     # Speculative end after 64 ms of silence, end after 800 ms; the pause is ~450 ms.
     config = ASRConfig(
-        model="tiny.en", partial_interval_ms=0, speculative_silence_ms=64, end_silence_ms=800
+        model="tiny.en",
+        partial_interval_ms=0,
+        speculative_silence_ms=64,
+        end_silence_ms=800,
+        turn_detection="silence",
     )
     first = trim(read_clip(clips / "cards" / "001.wav"))
     second = trim(read_clip(clips / "cards" / "003.wav"))
     audio = np.concatenate([first, silence(0.45), second, silence(1.2)])
     events = feed_frames(ASRStream(config, models), audio)
     kinds = [type(e) for _, e in events if not isinstance(e, Partial)]
-    # Each pause is scored (no LLM here: decided at its deadline, it waits the silence
-    # rule's end_silence_ms); the first one is over before that.
-    assert kinds == [
-        SpeechStart, SpeculativeEnd, EndScored, Resume, SpeculativeEnd, EndScored, Final
-    ]  # fmt: skip
+    assert kinds == [SpeechStart, SpeculativeEnd, Resume, SpeculativeEnd, Final]
     # Decoded ~32 ms into the pause, so the last word may be misheard ("close").
     assert words(of_type(events, SpeculativeEnd)[0].text).startswith("10 of")
     assert words(of_type(events, Final)[0].text) == "10 of clubs 7 of clubs"

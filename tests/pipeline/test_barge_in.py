@@ -73,7 +73,9 @@ def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir, tmp_p
     second = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
 
     async def scenario():
-        async with Pipeline(PipelineConfig()) as pipeline:
+        # Each clip ends its turn after 300 ms of its trailing silence (the learned end
+        # may wait longer than the silence fed here: its own tests feed more).
+        async with Pipeline(PipelineConfig(asr={"turn_detection": "silence"})) as pipeline:
             sink = TimedSink()
             session = pipeline.open_session(sink, "test")
             await pipeline.feed(session.session_id, first, realtime=True)
@@ -135,9 +137,11 @@ def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
     second = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
 
     async def scenario():
-        # The short utterance must end as a turn of its own: the silence rule ends it
-        # after 300 ms, where the learned end would wait on "He was." and join it to the next.
-        config = PipelineConfig(barge_in_min_words=3, asr={"turn_detection": "silence"})
+        # The short utterance must end as a turn of its own: 300 ms of silence alone ends
+        # it. The words' rule would hold "He was" (2.5 s) and the learned end wait on it,
+        # and either would join it to the next sentence.
+        asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
+        config = PipelineConfig(barge_in_min_words=3, asr=asr)
         async with Pipeline(config) as pipeline:
             sink = TimedSink()
             session = pipeline.open_session(sink, "test")

@@ -164,7 +164,13 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
     browser.find_element("id", "apply").click()
     stats = _wait_for(browser, lambda s: "session.updated" in _types(s), 10, "session.updated")
     updated = next(e for e in stats["events"] if e["type"] == "session.updated")
-    assert updated == {"type": "session.updated", "instructions": True, "voice_speed": 1.3}
+    assert updated == {
+        "type": "session.updated",
+        "instructions": True,
+        "voice_speed": 1.3,
+        "turn_eagerness": None,  # the page leaves the end of turn to the server
+        "turn_fallback_ms": None,
+    }
     assert "voice speed 1.3" in browser.find_element("css selector", "#dialogue .info").text
     stats = _wait_for(browser, lambda s: "transcript.partial" in _types(s), 60, "a live partial")
     partial = next(e for e in stats["events"] if e["type"] == "transcript.partial")

@@ -275,7 +275,7 @@ async def _one_turn(port: int, clip, output_rate: int) -> tuple[list, bytes]:
     log: list = []
     audio = bytearray()
     async with connect(_url(port, query), additional_headers=AUTH) as ws:
-        sender = asyncio.create_task(_stream_clip(ws, clip, 1.0))
+        sender = asyncio.create_task(_stream_clip(ws, clip, 3.0))
         while True:
             message = await asyncio.wait_for(ws.recv(), 60)
             if isinstance(message, bytes):
@@ -333,7 +333,7 @@ def test_vanished_client_frees_its_session_and_others_keep_being_served(server, 
     async def vanish_mid_reply() -> int:
         ws = await connect(_url(server.port), additional_headers=AUTH)
         session_id = (await _event(ws))["session_id"]
-        sender = asyncio.create_task(_stream_clip(ws, clip, 1.0))
+        sender = asyncio.create_task(_stream_clip(ws, clip, 3.0))
         while (await _event(ws, timeout=60))["type"] != "response.audio.start":
             pass
         sender.cancel()
@@ -524,22 +524,23 @@ def test_speech_over_the_turn_limit_gets_turn_too_long_and_1008(server, clips_di
 
 @pytest.mark.slow
 def test_a_pause_after_unfinished_words_is_held_and_the_client_told(server, clips_dir):
-    """cards/005 with 600 ms of silence after "eight of spades, four of": one turn, a
-    `speech.held` event for the pause, and the trace counts it (asr/turn_end.py)."""
-    from tests.asr.clipdata import pause_after_second_of
+    """librivox/0870 with 600 ms of silence after "and Mr. John Dashwood had then leisure
+    to consider": one turn, a `speech.held` event for the pause, and the trace counts it
+    (asr/turn_end.py; open and long, held whatever its last word)."""
+    from tests.asr.clipdata import pause_after
     from voxrelay.asr.config import ASRConfig
     from voxrelay.asr.models import load_asr
     from voxrelay.pipeline.audio_io import Clip
 
     whisper = load_asr(ASRConfig(model="tiny.en")).whisper["tiny.en"]
-    audio, _ = pause_after_second_of(clips_dir, whisper)
+    audio, _ = pause_after(clips_dir, "librivox/0870.wav", whisper, "consider")
     clip = Clip((audio * 32767).astype("<i2"), 16_000, 1)
     log, _audio = asyncio.run(_one_turn(server.port, clip, 16000))
     types = _types(log)
     assert types.count("speech.held") == 1 and types.count("transcript.final") == 1, types
     assert types.index("speech.held") < types.index("transcript.final")
     events = {entry["type"]: entry for entry in log if entry != "audio"}
-    assert "hearts" in _normalise(events["transcript.final"]["text"])
+    assert "for them" in _normalise(events["transcript.final"]["text"])
     trace = events["trace"]
     assert trace["end_holds"] == 1 and trace["asr_model"] == "base", trace
 
