@@ -53,7 +53,10 @@ async def _one_turn(port: int, clip: Clip) -> float | None:
 
 async def _measure(clips: list[Clip]) -> dict[int, list[float]]:
     measured: dict[int, list[float]] = {1: [], 4: []}
-    async with Pipeline(PipelineConfig(), transport_name="websocket") as pipeline:
+    # The 300 ms end of turn, as e2e's comparison runs: the transport's own cost on top of
+    # e2e.ttfa_ms.p50.streaming (the learned end's TTFA is e2e's *.learned and *.natural).
+    config = PipelineConfig(asr={"turn_detection": "silence"})
+    async with Pipeline(config, transport_name="websocket") as pipeline:
         server = VoiceServer(pipeline, ServerConfig(port=0))
         port = await server.start()
         try:

@@ -64,7 +64,12 @@ def bridge(clips_dir, tmp_path_factory):
         # (measured: "I help a voice, assistant" for "A helpful voice assistant."), which
         # says nothing about the bridge. Deterministic audio keeps the heard-vs-said check
         # about what the bridge carries.
-        config = PipelineConfig(tts={"noise_scale": 0.0, "noise_w_scale": 0.0})
+        # The calls here feed 1-2 s of silence after each clip: the silence rule ends
+        # their turns after 300 ms of it (the learned end may wait longer; these tests are
+        # about the bridge, the learned end's are tests/pipeline/test_learned_end.py).
+        config = PipelineConfig(
+            asr={"turn_detection": "silence"}, tts={"noise_scale": 0.0, "noise_w_scale": 0.0}
+        )
         pipeline = Pipeline(config, state["trace_path"], transport_name="sip")
         await pipeline.__aenter__()
         state["pipeline"] = pipeline
