@@ -232,7 +232,14 @@ class ASRHandler(TableHandler):
 
     def _final(self, session_id: int, event: Final) -> None:
         turn = self._turn(session_id, event)
+        # The stamps go before the FINAL: the LLM commits on it, and the supervisor reads
+        # this ring before it releases the turn's audio on that COMMIT, so a client hears
+        # the transcript before the reply (pipeline/supervisor.py, LAST_WORDS).
         self.events.stamp(session_id, turn, Stamp.SPEECH_END, at_ns=event.speech_end_ns)
+        self.events.stamp(
+            session_id, turn, Stamp.ASR_FINAL, int(event.decode_ms * 1000), event.model
+        )
+        self.events.stamp(session_id, turn, Stamp.TRANSCRIPT, text=event.text)
         self.out.send(
             RecordKind.FINAL,
             FINAL_INFO.pack(event.decode_ms),
@@ -241,7 +248,3 @@ class ASRHandler(TableHandler):
             turn_id=turn,
             origin_ns=event.speech_end_ns,
         )
-        self.events.stamp(
-            session_id, turn, Stamp.ASR_FINAL, int(event.decode_ms * 1000), event.model
-        )
-        self.events.stamp(session_id, turn, Stamp.TRANSCRIPT, text=event.text)

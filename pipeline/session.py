@@ -308,7 +308,14 @@ class Session:
                 self.on_transcript(self, record.turn_id, text, True)
         elif stamp == Stamp.REPLY_TEXT:
             trace.reply_text = text
-            self.sink.on_text(record.turn_id, "response.text", text)
+            done = functools.partial(self.sink.on_text, record.turn_id, "response.text", text)
+            # A reply that ended while speculative (the learned end of turn waited longer
+            # than its generation) stamps its text at the commit, before the COMMIT: its
+            # held deltas go out first, then the whole text.
+            if self.gate.admits(record.turn_id):
+                done()
+            else:
+                self.gate.hold(record.turn_id, done, record.stamp_ns)
         elif stamp == Stamp.LLM_PREFILL:
             trace.prefill_tokens = value
             trace.prefill_early_tokens = int(text) if text.isdigit() else 0

@@ -161,6 +161,10 @@ class Supervisor:
                 return
             if consumer is self.audio_out and record.kind in LAST_WORDS:
                 self.drain_events()
+            elif record.kind == RecordKind.COMMIT and stage_name == "llm":
+                # A COMMIT on the LLM's events ring releases the turn's audio: what the ASR
+                # wrote before the FINAL it answers (the transcript) is delivered first.
+                self.drain_events(("asr",))
             try:
                 self._on_record(stage_name, record)
             except (ValueError, struct.error) as exc:
