@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from voxrelay.ipc.records import TOKEN_ID, Record, RecordKind
@@ -27,6 +29,19 @@ class FakeEvents:
 
     def error(self, *args: Any) -> None:
         raise AssertionError(f"stage error: {args}")
+
+
+def native_handler(
+    model_path: Path, max_new_tokens: int, events: object | None = None
+) -> Iterator[LLMHandler]:
+    """A module fixture's body: the stage's handler on the real GGUF (CPU, 2 threads),
+    replies capped at `max_new_tokens`, its events to `events` (FakeEvents by default)."""
+    settings = {"model_path": str(model_path), "device": "cpu", "num_threads": 2,
+                "max_new_tokens": max_new_tokens}  # fmt: skip
+    sink = FakeEvents() if events is None else events
+    handler = LLMHandler(settings, FakeSender(), sink)  # type: ignore[arg-type]
+    yield handler
+    handler.backend.close()
 
 
 def record(kind: RecordKind, payload: bytes) -> Record:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.llm.stage import FakeSender
+from tests.llm.stage import FakeSender, native_handler
 from voxrelay.ipc.records import FINAL_INFO, Record, RecordKind, Stamp
 from voxrelay.llm.worker import LLMHandler
 
@@ -31,11 +31,7 @@ class CommitEvents:
 
 @pytest.fixture(scope="module")
 def handler(model_path: Path) -> Iterator[LLMHandler]:
-    settings = {"model_path": str(model_path), "device": "cpu", "num_threads": 2,
-                "max_new_tokens": 4}  # fmt: skip
-    handler = LLMHandler(settings, FakeSender(), CommitEvents())  # type: ignore[arg-type]
-    yield handler
-    handler.backend.close()
+    yield from native_handler(model_path, 4, CommitEvents())
 
 
 def _turn(handler: LLMHandler, turn: int, *records: tuple[RecordKind, str]) -> list[RecordKind]:

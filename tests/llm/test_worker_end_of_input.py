@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llm.stage import FakeEvents, FakeSender
+from tests.llm.stage import FakeEvents, FakeSender, native_handler
 from voxrelay.ipc.records import CONTROL_BODY, FINAL_INFO, ControlOp, Record, RecordKind
 from voxrelay.llm.worker import LLMHandler
 
@@ -18,11 +18,7 @@ SESSION = 1
 
 @pytest.fixture(scope="module")
 def handler(model_path: Path) -> Iterator[LLMHandler]:
-    settings = {"model_path": str(model_path), "device": "cpu", "num_threads": 2,
-                "max_new_tokens": 64}  # fmt: skip
-    handler = LLMHandler(settings, FakeSender(), FakeEvents())  # type: ignore[arg-type]
-    yield handler
-    handler.backend.close()
+    yield from native_handler(model_path, 64, FakeEvents())
 
 
 def _decoding_with_end_held(handler: LLMHandler, turn: int) -> FakeSender:
