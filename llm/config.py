@@ -103,6 +103,10 @@ class LLMConfig:
     # Native engine: decode steps replayed from CUDA graphs per batch-size bucket.
     # None = on whenever the engine runs on CUDA; True on a CPU is an error.
     cuda_graphs: bool | None = None
+    # Native engine: an end-of-turn head trained by `python -m bench.turn_head` (.npz;
+    # llm/turn_head.py) instead of the model's own P(<|im_end|>) as the end-of-turn
+    # probe. None = the model's own (the head did not win on natural speech, docs/llm.md).
+    turn_head_path: Path | None = None
     openai: OpenAIBackendConfig = field(default_factory=OpenAIBackendConfig)
     vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
 
@@ -111,6 +115,10 @@ class LLMConfig:
             raise TypeError(f"model_path must be a pathlib.Path, got {type(self.model_path)}")
         if self.model_path.suffix != ".gguf":
             raise ValueError(f"model_path must point to a .gguf file, got {self.model_path}")
+        if self.turn_head_path is not None and not isinstance(self.turn_head_path, Path):
+            raise TypeError(
+                f"turn_head_path must be a pathlib.Path, got {type(self.turn_head_path)}"
+            )
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
         if self.dtype not in DTYPES:

@@ -17,6 +17,7 @@ from voxrelay.llm.runner import ModelRunner
 from voxrelay.llm.scheduler import Scheduler
 from voxrelay.llm.sequence import FinishReason, Sequence, SequenceStatus, TokenOutput
 from voxrelay.llm.tokenizer import ChatTokenizer
+from voxrelay.llm.turn_head import load_head
 from voxrelay.pipeline.memory import release_freed_memory
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -109,6 +110,13 @@ class LLMEngine:
             config.seed,
             config.no_repeat_ngram,
         )
+        if config.turn_head_path is not None:
+            self.runner.turn_head = load_head(
+                config.turn_head_path,
+                str(gguf_file.metadata.get("general.name", "")),
+                hparams.dim,
+                hparams.vocab_size,
+            )
         if self.state.cuda_graphs:
             self.runner.enable_cuda_graphs(config.max_context_tokens, config.max_num_seqs)
         self.block_manager = BlockManager(
@@ -165,6 +173,11 @@ class LLMEngine:
             raise ValueError(f"probe index {index} outside the prompt (1..{seq.num_tokens - 1})")
         seq.probe_index = index if index - 1 >= seq.num_computed_tokens else None
         seq.probe_prob = None
+
+    def probe_hidden(self, request_id: int) -> torch.Tensor | None:
+        """The final hidden state (D,) at the probed row, kept while
+        `runner.keep_probe_hidden` is set (training the end-of-turn head)."""
+        return self._get(request_id).probe_hidden
 
     def start_decode(self, request_id: int) -> None:
         """Close the prompt of an open request: generation starts at the next step."""

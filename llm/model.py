@@ -153,13 +153,38 @@ class LlamaModel:
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        """Run B sequences of T new tokens; write their K/V; return logits of chosen rows.
+        """`hidden` then `project`: float32 logits (N, V) of the chosen rows."""
+        hidden = self.hidden(
+            input_ids, positions, write_slots, context_slots, attn_mask, logit_rows,
+            k_cache, v_cache,
+        )  # fmt: skip
+        return self.project(hidden, input_ids.numel())
+
+    def project(self, hidden: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        """Final hidden states (N, D) of a forward of `num_tokens` new tokens -> float32
+        logits (N, V), through the lm_head of the same weight set (the same dtype)."""
+        _, lm_head = self.weights_for(num_tokens)
+        return linear(hidden, lm_head).float()
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        write_slots: torch.Tensor,
+        context_slots: torch.Tensor,
+        attn_mask: torch.Tensor,
+        logit_rows: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run B sequences of T new tokens; write their K/V; return the final (normed)
+        hidden states of chosen rows, the lm_head's input.
 
         input_ids, positions: (B, T) int64. write_slots: (B*T,) cache slot per new token.
         context_slots: (B, S) slots of positions 0..S-1 of each sequence (new ones included).
         attn_mask: (B, 1, T, S) bool, True where a query may attend.
         logit_rows: (N,) indices into the flattened (B*T) tokens whose logits are needed.
-        k_cache, v_cache: (L, num_slots, Hkv, Dh). Returns float32 logits (N, V).
+        k_cache, v_cache: (L, num_slots, Hkv, Dh). Returns (N, D) in the model's dtype.
         """
         hp = self.hparams
         batch, new_tokens = input_ids.shape
@@ -169,7 +194,7 @@ class LlamaModel:
         x = self.embed[input_ids]  # (B, T, D)
         flat_slots = context_slots.flatten()  # (B * S,)
         context_shape = (batch, context_slots.shape[1], num_kv, head_dim)  # (B, S, Hkv, Dh)
-        layers, lm_head = self.weights_for(batch * new_tokens)
+        layers, _ = self.weights_for(batch * new_tokens)
         in_kernel = self.cpu_kernels and new_tokens <= KERNEL_ATTENTION_MAX_NEW_TOKENS
         if self.cpu_kernels and batch * new_tokens <= KERNEL_NORM_MAX_TOKENS:
             norm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = partial(
@@ -208,8 +233,7 @@ class LlamaModel:
             x = x + linear(F.silu(gate) * up, layer.w_down)
         # Only the rows that get sampled pay for the norm and the (V x D) projection.
         x = x.flatten(0, 1).index_select(0, logit_rows)  # (N, D)
-        x = norm(x, self.norm)
-        return linear(x, lm_head).float()  # (N, V)
+        return norm(x, self.norm)  # (N, D)
 
 
 def blocks_cover(gguf_file: GGUFFile) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from voxrelay.llm.cuda_graphs import GraphDecoder, sample_on_device
@@ -9,6 +11,7 @@ from voxrelay.llm.model import LlamaModel
 from voxrelay.llm.repeats import banned_tokens
 from voxrelay.llm.scheduler import ScheduledBatch
 from voxrelay.llm.sequence import Sequence
+from voxrelay.llm.turn_head import TurnHead
 
 
 class ModelRunner:
@@ -42,6 +45,9 @@ class ModelRunner:
         self.generator = torch.Generator(device=model.device).manual_seed(seed)
         self._block_offsets = torch.arange(block_size, device=model.device)
         self.graphs: GraphDecoder | None = None  # decode from CUDA graphs when set
+        # With a head, a probe reports its P(end of turn) instead of P(probed token).
+        self.turn_head: TurnHead | None = None
+        self.keep_probe_hidden = False  # training the head (bench.turn_head) reads them
 
     def enable_cuda_graphs(
         self, max_context_tokens: int, max_num_seqs: int, capture: bool = True
@@ -116,7 +122,7 @@ class ModelRunner:
             if seq.probe_index is not None
             and seq.num_computed_tokens <= seq.probe_index - 1 < seq.num_computed_tokens + count
         ]
-        logits = self.model.forward(
+        hidden = self.model.hidden(
             input_t,
             positions_t,
             write_slots,
@@ -125,8 +131,15 @@ class ModelRunner:
             torch.tensor(sample_rows + [row for _, row in probes], device=device),
             self.k_cache,
             self.v_cache,
-        )
-        if probes:
+        )  # (N + P, D)
+        if probes and self.keep_probe_hidden:
+            for (seq, _), row in zip(probes, hidden[len(sample_rows) :], strict=True):
+                seq.probe_hidden = row.float().cpu()
+        if probes and self.turn_head is not None:  # the head reads the hidden state
+            self._read_head(probes, hidden[len(sample_rows) :])
+            hidden = hidden[: len(sample_rows)]
+        logits = self.model.project(hidden, input_t.numel())
+        if probes and self.turn_head is None:
             self._read_probes(probes, logits[len(sample_rows) :])
             logits = logits[: len(sample_rows)]
         sampling = [
@@ -137,6 +150,13 @@ class ModelRunner:
             next(sampled) if count == seq.samples_after else None
             for seq, count in zip(seqs, counts, strict=True)
         ]
+
+    def _read_head(self, probes: list[tuple[Sequence, int]], hidden: torch.Tensor) -> None:
+        """The end-of-turn head's P(end) on each probed sequence; hidden (P, D)."""
+        assert self.turn_head is not None
+        for (seq, _), logit in zip(probes, self.turn_head.logits(hidden), strict=True):
+            seq.probe_prob = 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
+            seq.probe_index = None
 
     def _read_probes(self, probes: list[tuple[Sequence, int]], logits: torch.Tensor) -> None:
         """Store each probed token's probability on its sequence; logits (P, V)."""

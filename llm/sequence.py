@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Literal
 
+import torch
+
 from voxrelay.llm.tokenizer import IncrementalDetokenizer
 
 # "error": a remote backend lost its server mid-reply (the stage logs why).
@@ -57,6 +59,7 @@ class Sequence:
     # model's own P(the user's turn is over), docs/llm.md "End-of-turn probe").
     probe_index: int | None = None
     probe_prob: float | None = None
+    probe_hidden: torch.Tensor | None = None  # (D,), kept only while training the head
 
     @property
     def num_tokens(self) -> int:

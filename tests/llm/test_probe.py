@@ -71,3 +71,45 @@ def test_probe_outside_the_prompt_is_an_error(engine: LLMEngine) -> None:
 def test_no_probe_no_probability(engine: LLMEngine) -> None:
     engine.add_request(6, engine.dialogue_prompt_ids([], "hello"))
     assert _first(engine, 6).probe_prob is None
+
+
+def test_a_turn_head_reads_the_probed_rows_hidden_state(engine: LLMEngine, tmp_path) -> None:
+    """With `turn_head_path`'s head loaded, the probe reports sigmoid(w . h + b) of the
+    final hidden state at the probed row (the lm_head's input) instead of P(<|im_end|>);
+    a head trained on another model is refused by name."""
+    import math
+
+    import torch
+
+    from voxrelay.llm.gguf_loader import GGUFFile, read_hparams
+    from voxrelay.llm.turn_head import TurnHead, load_head
+
+    backend = NativeBackend(engine.config, engine)
+    prompt = _prompt(engine, "What is the weather like today")
+    runner = engine.runner
+    gguf_file = GGUFFile(engine.config.model_path)
+    name, dim = str(gguf_file.metadata["general.name"]), read_hparams(gguf_file).dim
+    vocab = read_hparams(gguf_file).vocab_size
+    weight = torch.linspace(-0.01, 0.01, dim)
+    TurnHead(weight, 0.3, name, dim, vocab).save(tmp_path / "head.npz")
+    head = load_head(tmp_path / "head.npz", name, dim, vocab)
+    with pytest.raises(ValueError, match="trained on"):
+        load_head(tmp_path / "head.npz", "another model", dim, vocab)
+    runner.keep_probe_hidden, runner.turn_head = True, None
+    try:
+        backend.submit(5, prompt)
+        outputs: list = []
+        while not outputs:
+            outputs = engine.step()
+        hidden = engine.probe_hidden(5)
+        own = outputs[0].probe_prob
+        engine.abort(5)
+        runner.turn_head = head
+        backend.submit(6, prompt)
+        with_head = _first(engine, 6).probe_prob
+    finally:
+        runner.keep_probe_hidden, runner.turn_head = False, None
+    assert hidden is not None and hidden.shape == (dim,)
+    expected = 1 / (1 + math.exp(-(float(hidden @ weight) + 0.3)))
+    assert with_head == pytest.approx(expected, rel=1e-4)
+    assert with_head != pytest.approx(own, rel=1e-2)
