@@ -13,8 +13,8 @@
 
 `end_probability` fuses them with a logistic model (WEIGHTS, fitted by
 `python -m bench.turn_end --fit` on the natural-pause and splice sets); `wait_ms` turns
-that into how long this pause may last before it ends the turn: at once when confident,
-a while when unsure, else the fallback. The eagerness picks the thresholds.
+that into how long this pause may last before it ends the turn: a breath's length when
+confident, a while when unsure, else the fallback. The eagerness picks the thresholds.
 
 What the words' rule looks at is what Whisper writes for speech cut short. Measured on
 the 15 real clips (every word boundary decoded alone, as at a pause; docs/asr.md,
@@ -91,18 +91,25 @@ def probe_text(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Eagerness:
-    """End probability at or above `commit_at`: the pause ends the turn at once; at or
-    below `fallback_at`: it waits the whole fallback; between, the wait falls linearly."""
+    """End probability at or above `commit_at`: the pause ends the turn once its silence
+    reaches `min_wait_ms`; at or below `fallback_at`: it waits the whole fallback;
+    between, the wait rises linearly from `min_wait_ms` to the fallback.
+
+    `min_wait_ms`: no pause ends a turn sooner, however sure the signals are. Breaths
+    between phrases last 200-300 ms (5 of the natural set's 13 mid-turn pauses end by
+    290 ms) and the signals cannot tell a phrase from a turn there; LiveKit's agents wait
+    at least 500 ms for the same reason."""
 
     commit_at: float
     fallback_at: float
+    min_wait_ms: int
 
 
 # Chosen on the sets of `bench.turn_end` (docs/asr.md has the trade-off each one makes).
 EAGERNESS = {
-    "high": Eagerness(0.7, 0.3),
-    "medium": Eagerness(0.8, 0.4),
-    "low": Eagerness(0.9, 0.5),
+    "high": Eagerness(0.6, 0.2, 300),
+    "medium": Eagerness(0.7, 0.3, 300),
+    "low": Eagerness(0.8, 0.4, 300),
 }
 
 
@@ -111,7 +118,7 @@ class Weights:
     """Logistic fusion: P(end) = sigmoid(sum of weight x feature + bias)."""
 
     audio: float  # x logit(Smart Turn probability)
-    text: float  # x log10 of the LLM's P(<|im_end|>), floored at -10
+    text: float  # x logit of the LLM's P(end of turn) (its head's, or P(<|im_end|>))
     unfinished: float  # the words' rule fired (only a pause decided after the fallback)
     trailing: float  # the transcript ends in ",", "...", "-"
     question: float  # the transcript ends in "?" or "!"
@@ -120,12 +127,14 @@ class Weights:
 
 # `python -m bench.turn_end --fit` prints these (class-balanced, L2 0.3; session 13: 252
 # pauses, 122 of them true ends).
-WEIGHTS = Weights(audio=0.1, text=0.55, unfinished=-1.48, trailing=-1.37, question=-0.85,
+WEIGHTS = Weights(audio=0.1, text=0.24, unfinished=-1.48, trailing=-1.37, question=-0.85,
                   bias=3.16)  # fmt: skip
 # A signal that did not come (no LLM probe from a remote backend, no audio model):
 # its feature takes this value, the median of the fitted sets.
-TEXT_LOG10_PRIOR = -5.0
-LOG10_FLOOR = -10.0
+TEXT_LOGIT_PRIOR = 0.0
+# The text probability's logit is clipped to +-TEXT_CLIP (P(<|im_end|>) of a model with
+# no head reaches 1e-9; 23 is ~1e-10).
+TEXT_CLIP = 23.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +145,7 @@ class TurnSignals:
 
     def features(self) -> tuple[float, float, float, float, float]:
         audio = 0.0 if self.audio_prob is None else _logit(self.audio_prob)
-        text = TEXT_LOG10_PRIOR
-        if self.text_prob is not None:
-            text = max(math.log10(max(self.text_prob, 1e-300)), LOG10_FLOOR)
+        text = TEXT_LOGIT_PRIOR if self.text_prob is None else _logit(self.text_prob, TEXT_CLIP)
         stripped = self.text.strip()
         return (
             audio,
@@ -163,14 +170,17 @@ def end_probability(signals: TurnSignals, weights: Weights = WEIGHTS) -> float:
 
 
 def wait_ms(end_prob: float, eagerness: str, fallback_ms: int) -> int:
-    """How much silence this pause may reach before it ends the turn (0: end it now)."""
+    """How much silence this pause may reach before it ends the turn."""
     level = EAGERNESS[eagerness]
+    floor = min(level.min_wait_ms, fallback_ms)
     if end_prob >= level.commit_at:
-        return 0
+        return floor
     share = (level.commit_at - end_prob) / (level.commit_at - level.fallback_at)
-    return round(fallback_ms * min(share, 1.0))
+    return round(floor + (fallback_ms - floor) * min(share, 1.0))
 
 
-def _logit(prob: float) -> float:
-    prob = min(max(prob, 1e-4), 1 - 1e-4)
-    return math.log(prob / (1 - prob))
+def _logit(prob: float, clip: float = 9.21) -> float:
+    """log(p / (1 - p)), clipped to +-clip (9.21: p within 1e-4 of 0 or 1)."""
+    if prob <= 0.0 or prob >= 1.0:
+        return math.copysign(clip, prob - 0.5)
+    return min(max(math.log(prob / (1 - prob)), -clip), clip)

@@ -189,6 +189,7 @@ def run() -> dict[str, float]:
             key = f"{set_name}{suffix}"
             results[f"turn_end.false_cut_pct.{key}"] = round(100 * outcome.cut / outcome.pauses, 1)
             results[f"turn_end.mean_wait_ms.{key}"] = round(float(np.mean(outcome.waits_ms)), 1)
+            results[f"turn_end.p50_wait_ms.{key}"] = round(float(np.median(outcome.waits_ms)), 1)
     decisions = outcomes["learned"]["natural"].decision_ms or [0.0]
     results["turn_end.decision_ms.p50"] = round(float(np.percentile(decisions, 50)), 1)
     results["turn_end.decision_ms.p95"] = round(float(np.percentile(decisions, 95)), 1)

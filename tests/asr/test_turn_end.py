@@ -91,8 +91,10 @@ def test_each_signal_moves_the_end_probability_its_way() -> None:
 def test_wait_shrinks_as_the_end_grows_likelier(eagerness: str) -> None:
     waits = [wait_ms(prob / 20, eagerness, 2500) for prob in range(21)]
     assert waits == sorted(waits, reverse=True)
-    assert waits[0] == 2500 and waits[-1] == 0
+    floor = EAGERNESS[eagerness].min_wait_ms
+    assert waits[0] == 2500 and waits[-1] == floor  # a sure end still waits a breath
     assert wait_ms(0.0, eagerness, 1200) == 1200  # the fallback caps every wait
+    assert wait_ms(1.0, eagerness, 100) == 100  # and the floor too
 
 
 def test_higher_eagerness_never_waits_longer() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence, trim
 from voxrelay.asr.events import Partial
+from voxrelay.asr.turn_end import EAGERNESS
 from voxrelay.asr.worker import ASRHandler
 from voxrelay.ipc.records import (
     AUDIO_FORMAT,
@@ -153,7 +154,10 @@ def test_a_confident_llm_ends_the_pause_at_once_an_unsure_one_waits(clips: Path)
     at_once = _frames_from_speculative_end_to_final(clips, 0.9)
     no_hint = _frames_from_speculative_end_to_final(clips, None)
     unsure = _frames_from_speculative_end_to_final(clips, 1e-9)
-    assert at_once <= 1  # ended with the hint's own batch
+    # A sure end waits only for the breath-length floor: medium's 300 ms of silence,
+    # 150 ms after the SpeculativeEnd (one VAD window of slack).
+    floor_frames = (EAGERNESS["medium"].min_wait_ms - 150) / 20
+    assert floor_frames - 1 <= at_once <= floor_frames + 2
     # Without the hint the pause is decided at its deadline (text_hint_wait_ms later).
-    assert 150 / 20 - 1 <= no_hint < unsure
+    assert at_once < 500 / 20 - 1 <= no_hint < unsure
     assert unsure * 20 >= 600  # "Go forward ten meters" is no end with P 1e-9
