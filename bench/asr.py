@@ -1,11 +1,11 @@
 """ASR: end-of-speech latency at real-time pace, real-time factor and WER, tiny.en vs base.
 
-Latency: each clip goes through a fresh `ASRStream` in 20 ms frames at real-time pace,
-then 1 s of silence, as a live caller's audio would arrive. A frame's `arrival_ns` is
-its real-time due time (the loop sleeps until then, so it is the feed time whenever the
-stream keeps up; after a blocking decode the backlog keeps its true arrival times, as
-the worker's input ring would). Latency = wall time the event was returned minus its
-`speech_end_ns`, for every `SpeculativeEnd` and `Final`.
+Latency: each clip goes through a fresh `ASRStream` (the 300 ms silence rule) in 20 ms
+frames at real-time pace, then 1 s of silence, as a live caller's audio would arrive. A
+frame's `arrival_ns` is its real-time due time (the loop sleeps until then, so it is the
+feed time whenever the stream keeps up; after a blocking decode the backlog keeps its
+true arrival times, as the worker's input ring would). Latency = wall time the event was
+returned minus its `speech_end_ns`, for every `SpeculativeEnd` and `Final`.
 
 RTF and WER: every reference clip through `transcribe_file` as fast as the CPU allows
 (VAD + end-of-utterance decodes, no partials), normalised as tests/asr does it.
@@ -98,7 +98,9 @@ def _offline(models: ASRModels, config: ASRConfig, items: list) -> tuple[float, 
 
 
 def _measure(model: str, items: list, clips: Path) -> dict[str, float]:
-    config = ASRConfig(model=model)
+    # The silence rule: the learned end waits for the LLM's probability, which this
+    # harness has no LLM to send (bench/turn_end.py measures the learned end).
+    config = ASRConfig(model=model, turn_detection="silence")
     models = load_asr(config)
     # The offline pass first: it also warms the model up before the timed real-time runs.
     wer, busy_s, audio_s = _offline(models, config, items)
