@@ -44,9 +44,10 @@ def test_the_llms_probability_decides_the_pause(clips_dir: Path) -> None:
     assert row["reply_text"] and row["ttfa_ms"] is not None
 
 
-def test_voxrelay_run_keeps_jfk_one_turn_at_low_eagerness(natural_dir: Path, tmp_path) -> None:
-    """`voxrelay run` on JFK with 3 s of silence after it: one turn through the processes,
-    committed by its learned end (not by the end of the file), with a reply."""
+def test_voxrelay_run_keeps_jfk_one_turn(natural_dir: Path, tmp_path) -> None:
+    """`voxrelay run` on JFK with 3 s of silence after it, at the default eagerness: one
+    turn through the processes (its comma pauses of 0.6-1.2 s hold), committed by its
+    learned end (not by the end of the file), with a reply."""
     import json
     import subprocess
     import sys
@@ -61,8 +62,7 @@ def test_voxrelay_run_keeps_jfk_one_turn_at_low_eagerness(natural_dir: Path, tmp
         out.writeframes(clip.pcm16.tobytes())
     traces = tmp_path / "traces.jsonl"
     command = [sys.executable, "-m", "voxrelay.pipeline.cli", "run", "--input", str(source),
-               "--output", str(tmp_path / "reply.wav"), "--trace", str(traces),
-               "--turn-eagerness", "low"]  # fmt: skip
+               "--output", str(tmp_path / "reply.wav"), "--trace", str(traces)]  # fmt: skip
     subprocess.run(command, check=True, timeout=300, capture_output=True)
     rows = [json.loads(line) for line in traces.read_text().splitlines()]
     assert len(rows) == 1, [row["transcript"] for row in rows]
