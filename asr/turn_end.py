@@ -40,9 +40,11 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Never the last word of a finished English utterance, whatever mark follows.
+# Never the last word of a finished English utterance, whatever mark follows. Not
+# "though": spoken English ends on it ("I'm in New Jersey now though.", a whole turn of
+# the natural set's call that the rule held for the fallback).
 _NEVER_LAST = _words(
-    "a an the and but or nor because unless although though whereas if "
+    "a an the and but or nor because unless although whereas if "
     "my your our their whose um uh er erm ah "
     "mr mrs ms dr"  # a title before a name; its period is not a sentence's
 )

@@ -54,6 +54,7 @@ def test_words_that_stop_mid_sentence_hold(text: str) -> None:
         "Turn it on",  # a particle, not a preposition
         "Go somewhere in",  # ... which also means a cut-off "in" is not held
         "Feels like these days go on forever.",  # long, but closed
+        "I'm in New Jersey now though.",  # the call's whole turn: speech ends on "though"
         "10 of cloves",  # open, but short: base's transcripts of whole cards
         "4 Queen of Clothes",
         "33 4 692",  # tiny.en's, of numbers.raw
