@@ -219,6 +219,25 @@ def table(results: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def fit_logistic(
+    design: np.ndarray, labels: np.ndarray, penalty: np.ndarray, steps: int, tol: float = 0.0
+) -> np.ndarray:
+    """Class-balanced logistic regression by Newton steps: weights (F,) of `design`
+    (N, F; a bias column included) with the L2 `penalty` (F, F). Stops early once no
+    weight moves more than `tol`."""
+    balance = np.where(labels == 1, (labels == 0).sum() / max(labels.sum(), 1), 1.0)
+    weights = np.zeros(design.shape[1])
+    for _ in range(steps):
+        prob = 1 / (1 + np.exp(-np.clip(design @ weights, -60, 60)))
+        grad = design.T @ (balance * (prob - labels)) + penalty @ weights
+        hess = design.T @ (design * (balance * prob * (1 - prob))[:, None]) + penalty
+        step = np.linalg.solve(hess, grad)
+        weights -= step
+        if np.abs(step).max() < tol:
+            break
+    return weights
+
+
 def fit() -> Weights:
     """Refit the fusion on every pause of both sets, each scored on its own: the stream
     never ends a pause before the speaker resumes (the decision always waits, the words'
@@ -248,13 +267,7 @@ def fit() -> Weights:
                 rows.append((signals.features(), last))
     features = np.array([[*row, 1.0] for row, _ in rows])
     labels = np.array([float(is_end) for _, is_end in rows])
-    weights = np.zeros(features.shape[1])
-    balance = np.where(labels == 1, (labels == 0).sum() / max(labels.sum(), 1), 1.0)
-    for _ in range(100):  # Newton steps on the class-balanced, L2-regularised loss
-        prob = 1 / (1 + np.exp(-features @ weights))
-        grad = features.T @ (balance * (prob - labels)) + 0.3 * weights
-        hess = features.T @ (features * (balance * prob * (1 - prob))[:, None])
-        weights -= np.linalg.solve(hess + 0.3 * np.eye(len(weights)), grad)
+    weights = fit_logistic(features, labels, 0.3 * np.eye(features.shape[1]), steps=100)
     print(f"{len(rows)} pauses, {int(labels.sum())} true ends")
     return Weights(*(round(float(w), 2) for w in weights))
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import yaml
 
+from bench.turn_end import fit_logistic
 from voxrelay.asr.turn_end import probe_text
 from voxrelay.llm.turn_head import TurnHead
 from voxrelay.pipeline.models import asset_path, voxrelay_home
@@ -132,21 +133,13 @@ def features(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return torch.stack(hidden).numpy(), np.array(probs)
 
 
-def fit_logistic(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float]:
-    """Class-balanced, L2-regularised logistic regression by Newton steps."""
+def fit_head(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float]:
+    """(weight (D,), bias) of the class-balanced logistic regression, L2 on the weights
+    only."""
     design = np.hstack([x, np.ones((x.shape[0], 1))])
-    balance = np.where(labels == 1, (labels == 0).sum() / max(labels.sum(), 1), 1.0)
-    weights = np.zeros(design.shape[1])
     penalty = L2 * np.eye(design.shape[1])
     penalty[-1, -1] = 0.0
-    for _ in range(30):
-        prob = 1 / (1 + np.exp(-np.clip(design @ weights, -60, 60)))
-        grad = design.T @ (balance * (prob - labels)) + penalty @ weights
-        hess = design.T @ (design * (balance * prob * (1 - prob))[:, None]) + penalty
-        step = np.linalg.solve(hess, grad)
-        weights -= step
-        if np.abs(step).max() < 1e-6:
-            break
+    weights = fit_logistic(design, labels, penalty, steps=30, tol=1e-6)
     return weights[:-1], float(weights[-1])
 
 
@@ -170,7 +163,7 @@ def train(path: Path) -> TurnHead:
     labels = np.array([float(example.is_end) for example in data])
     held = np.array([example.turn for example in data]) % round(1 / HELD_OUT) == 0
     mean, std = x[~held].mean(0), x[~held].std(0) + 1e-6
-    weight, bias = fit_logistic((x[~held] - mean) / std, labels[~held])
+    weight, bias = fit_head((x[~held] - mean) / std, labels[~held])
     scores = ((x - mean) / std) @ weight + bias
     print(
         f"held out ({held.sum()} examples): AUC head {auc(scores[held], labels[held]):.3f}, "

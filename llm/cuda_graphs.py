@@ -144,7 +144,7 @@ class GraphDecoder:
         tables = rows[:, 3:]  # (b, max_blocks)
         context_slots = (tables[:, :, None] * self.block_size + self._offsets).flatten(1)
         attn_mask = (self._key_positions <= positions[:, :, None]).unsqueeze(1)  # (b,1,1,S)
-        return self.model.forward(
+        hidden = self.model.hidden(
             rows[:, 0:1],
             positions,
             rows[:, 2].contiguous(),  # (b,) index for index_copy_
@@ -154,6 +154,7 @@ class GraphDecoder:
             self.k_cache,
             self.v_cache,
         )
+        return self.model.project(hidden, bucket)  # one new token per sequence
 
     @torch.inference_mode()
     def _capture(self) -> None:

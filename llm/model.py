@@ -142,24 +142,6 @@ class LlamaModel:
                 return weights.layers, weights.lm_head
         return self.layers, self.lm_head
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        write_slots: torch.Tensor,
-        context_slots: torch.Tensor,
-        attn_mask: torch.Tensor,
-        logit_rows: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        """`hidden` then `project`: float32 logits (N, V) of the chosen rows."""
-        hidden = self.hidden(
-            input_ids, positions, write_slots, context_slots, attn_mask, logit_rows,
-            k_cache, v_cache,
-        )  # fmt: skip
-        return self.project(hidden, input_ids.numel())
-
     def project(self, hidden: torch.Tensor, num_tokens: int) -> torch.Tensor:
         """Final hidden states (N, D) of a forward of `num_tokens` new tokens -> float32
         logits (N, V), through the lm_head of the same weight set (the same dtype)."""
@@ -178,7 +160,8 @@ class LlamaModel:
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
         """Run B sequences of T new tokens; write their K/V; return the final (normed)
-        hidden states of chosen rows, the lm_head's input.
+        hidden states of chosen rows, the lm_head's input (`project` makes them logits:
+        the end-of-turn head reads some rows before it).
 
         input_ids, positions: (B, T) int64. write_slots: (B*T,) cache slot per new token.
         context_slots: (B, S) slots of positions 0..S-1 of each sequence (new ones included).

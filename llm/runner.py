@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from voxrelay.llm.cuda_graphs import GraphDecoder, sample_on_device
@@ -154,8 +152,8 @@ class ModelRunner:
     def _read_head(self, probes: list[tuple[Sequence, int]], hidden: torch.Tensor) -> None:
         """The end-of-turn head's P(end) on each probed sequence; hidden (P, D)."""
         assert self.turn_head is not None
-        for (seq, _), logit in zip(probes, self.turn_head.logits(hidden), strict=True):
-            seq.probe_prob = 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
+        for (seq, _), prob in zip(probes, self.turn_head.probabilities(hidden), strict=True):
+            seq.probe_prob = prob
             seq.probe_index = None
 
     def _read_probes(self, probes: list[tuple[Sequence, int]], logits: torch.Tensor) -> None:

@@ -31,9 +31,9 @@ class TurnHead:
     hidden_size: int
     vocab_size: int
 
-    def logits(self, hidden: torch.Tensor) -> list[float]:
-        """(P, D) final hidden states -> P logits of P(end of turn)."""
-        return (hidden.float() @ self.weight + self.bias).tolist()
+    def probabilities(self, hidden: torch.Tensor) -> list[float]:
+        """(P, D) final hidden states -> P(end of turn) of each row."""
+        return torch.sigmoid(hidden.float() @ self.weight + self.bias).tolist()
 
     def save(self, path: Path) -> None:
         np.savez(

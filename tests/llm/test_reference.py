@@ -51,18 +51,17 @@ def forward_contiguous(model: LlamaModel, ids: list[int], split: int) -> torch.T
             positions = torch.arange(start, end)[None]  # (1, T)
             context = torch.arange(end)[None]  # (1, S): slot j holds position j
             mask = (context[0][None, :] <= positions[0][:, None])[None, None]  # (1, 1, T, S)
-            logits.append(
-                model.forward(
-                    torch.tensor([ids[start:end]]),
-                    positions,
-                    positions[0],
-                    context,
-                    mask,
-                    torch.arange(end - start),
-                    k_cache,
-                    v_cache,
-                )
+            hidden = model.hidden(
+                torch.tensor([ids[start:end]]),
+                positions,
+                positions[0],
+                context,
+                mask,
+                torch.arange(end - start),
+                k_cache,
+                v_cache,
             )
+            logits.append(model.project(hidden, end - start))
     return torch.cat(logits)
 
 
