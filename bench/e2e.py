@@ -76,6 +76,9 @@ class _ClearWatch:
     def on_turn_done(self, trace: TurnTrace) -> None:
         pass
 
+    def on_input_end(self, lost: bool) -> None:
+        pass
+
 
 async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float | None:
     """Speak `second` over the reply to `first`: its speech start -> clear at the sink."""

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from voxrelay.pipeline.api_events import InputEnded, ReplyAudio, TurnDone, TurnError
-from voxrelay.pipeline.api_session import ApiPipeline, VoiceSession, check_rate
+from voxrelay.pipeline.api_session import VoiceSession, check_rate
 from voxrelay.pipeline.audio_io import read_clip, write_wav
 from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
 
 VOICE_RATE = 22_050  # the bundled voice's (Piper joe-medium): a reply without audio
 
@@ -52,13 +53,13 @@ class VoicePipeline:
     ) -> None:
         self.config = pipeline_config(settings)
         self._trace_path = Path(trace_path) if trace_path else None
-        self._pipeline: ApiPipeline | None = None
+        self._pipeline: Pipeline | None = None
 
     async def start(self) -> None:
         """Starts the stage processes and waits until each has loaded its model."""
         if self._pipeline is not None:
             raise ValueError("this pipeline is already started")
-        pipeline = ApiPipeline(self.config, self._trace_path)
+        pipeline = Pipeline(self.config, self._trace_path, transport_name="api")
         try:
             await pipeline.__aenter__()
         except BaseException:
@@ -71,8 +72,9 @@ class VoicePipeline:
         """Closes every session and stops the stage processes."""
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is not None:
-            for session in list(pipeline.api_sessions.values()):
-                session.close()
+            for session in list(pipeline.router.sessions.values()):
+                if isinstance(session.sink, VoiceSession):
+                    session.sink.close()
             await pipeline.__aexit__(None, None, None)
 
     async def __aenter__(self) -> VoicePipeline:
@@ -100,7 +102,6 @@ class VoicePipeline:
         if voice_speed is not None and not 0.5 <= voice_speed <= 2.0:
             raise ValueError(f"voice_speed must be 0.5..2.0 (1.0 = normal), got {voice_speed}")
         session = VoiceSession(self._pipeline, output_sample_rate)
-        self._pipeline.api_sessions[session.session_id] = session
         if instructions is not None:
             session.set_instructions(instructions)
         if voice_speed is not None:

@@ -11,14 +11,12 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
 import soxr
 
 from voxrelay.asr.audio import SUPPORTED_RATES
-from voxrelay.ipc.records import Record, RecordKind
 from voxrelay.pipeline.api_events import (
     TEXT_EVENTS,
     Event,
@@ -30,7 +28,6 @@ from voxrelay.pipeline.api_events import (
     TurnError,
 )
 from voxrelay.pipeline.audio_io import OutputResampler
-from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.run import FRAME_MS, Pipeline
 from voxrelay.pipeline.trace import TurnTrace
 
@@ -85,7 +82,7 @@ class VoiceSession:
     must be called on the pipeline's event loop; open one with `VoicePipeline.session`.
     """
 
-    def __init__(self, pipeline: ApiPipeline, output_sample_rate: int | None) -> None:
+    def __init__(self, pipeline: Pipeline, output_sample_rate: int | None) -> None:
         self._pipeline = pipeline
         self.output_sample_rate = output_sample_rate
         self._resamplers: dict[int, OutputResampler] = {}
@@ -186,7 +183,6 @@ class VoiceSession:
         if not self.closed:
             self.closed = True
             self._pipeline.close_session(self.session_id)
-            self._pipeline.api_sessions.pop(self.session_id, None)
             self._wake.set()
 
     async def __aenter__(self) -> VoiceSession:
@@ -278,23 +274,3 @@ class VoiceSession:
         for _ in range(self._ends_pending if lost else min(1, self._ends_pending)):
             self._ends_pending -= 1
             self._push(InputEnded())
-
-
-class ApiPipeline(Pipeline):
-    """`Pipeline` that also tells API sessions of their END_OF_INPUT coming back, which
-    run.py reports only to its own file sessions."""
-
-    def __init__(self, config: PipelineConfig, trace_path: Path | None) -> None:
-        super().__init__(config, trace_path, transport_name="api")
-        self.api_sessions: dict[int, VoiceSession] = {}
-
-    def _on_record(self, stage: str, record: Record) -> None:
-        super()._on_record(stage, record)  # END_OF_INPUT: the session's rows are written
-        session = self.api_sessions.get(record.session_id)
-        if record.kind == RecordKind.END_OF_INPUT and session is not None:
-            session.on_input_end(lost=False)
-
-    def _on_restart(self, stage: str, why: str) -> None:
-        super()._on_restart(stage, why)  # open turns fail: TurnError events
-        for session in self.api_sessions.values():  # their END_OF_INPUT may have died too
-            session.on_input_end(lost=True)

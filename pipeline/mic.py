@@ -166,6 +166,9 @@ class MicSession:
             print(f"voxrelay: {row['reply_text']}", flush=True)
         print(f"trace: turn {row['turn']}  {format_trace(row)}", flush=True)
 
+    def on_input_end(self, lost: bool) -> None:
+        pass  # a microphone's input never ends while the demo runs
+
 
 def _sounddevice() -> Any:
     try:

@@ -76,6 +76,9 @@ class CollectingSink:
     def on_turn_done(self, trace: TurnTrace) -> None:
         pass
 
+    def on_input_end(self, lost: bool) -> None:
+        self.done.set()
+
 
 class Pipeline:
     """A running supervisor plus the session router: the streaming pipeline as a whole."""
@@ -93,16 +96,15 @@ class Pipeline:
         self.supervisor = Supervisor(config, self._on_record)
         self.asr_settings = dict(config.asr)
         self.supervisor.on_restart = self._on_restart
-        self._sinks: dict[int, CollectingSink] = {}
 
     def _on_restart(self, stage: str, why: str) -> None:
-        # Work in flight died with the stage: fail those turns and end the file sessions
-        # (their END_OF_INPUT marker may have died too); the next input works again.
+        # Work in flight died with the stage: fail those turns and tell every session that
+        # its END_OF_INPUT marker may have died too; the next input works again.
         for session_id, turn_id in self.router.on_stage_restart(stage, why):
             # Leftovers of the lost turn must not keep the stages busy.
             self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id + 1)
-        for sink in self._sinks.values():
-            sink.done.set()
+        for session in list(self.router.sessions.values()):
+            session.sink.on_input_end(lost=True)
 
     def _on_record(self, stage: str, record: Record) -> None:
         if record.kind == RecordKind.STAMP and stage == "llm":
@@ -120,9 +122,7 @@ class Pipeline:
             session = self.router.sessions.get(record.session_id)
             if session is not None:
                 session.flush()  # every turn of the input is complete: write their rows
-            sink = self._sinks.get(record.session_id)
-            if sink is not None:
-                sink.done.set()
+                session.sink.on_input_end(lost=False)
             return
         self.router.on_record(stage, record)
 
@@ -265,7 +265,6 @@ class Pipeline:
     ) -> ClipResult:
         sink = CollectingSink()
         session = self.open_session(sink, "file")
-        self._sinks[session.session_id] = sink
         try:
             await self.feed(session.session_id, clip.with_silence(trailing_silence_s), realtime)
             self.supervisor.audio_in.send(RecordKind.END_OF_INPUT, session_id=session.session_id)
@@ -277,7 +276,6 @@ class Pipeline:
             traces = list(session.finished)
             return ClipResult(traces, bytes(sink.audio), sink.sample_rate, sink.errors)
         finally:
-            self._sinks.pop(session.session_id, None)
             self.router.close(session.session_id)
 
     async def feed(self, session_id: int, clip: Clip, realtime: bool) -> None:

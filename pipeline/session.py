@@ -58,6 +58,11 @@ class Sink(Protocol):
     def on_turn_done(self, trace: TurnTrace) -> None:
         """The turn's row: once its reply has played, or at once if cut or failed."""
 
+    def on_input_end(self, lost: bool) -> None:
+        """An input's END_OF_INPUT came back out of the TTS, every turn before it done and
+        its rows written (`lost` False); or a stage restarted and it may have died with
+        the stage's work in flight (`lost` True)."""
+
 
 class Session:
     def __init__(

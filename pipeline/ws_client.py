@@ -146,6 +146,9 @@ class ClientSession:
         self._audio_done.discard(trace.turn_id)
         self.send_event("trace", **trace.to_dict())
 
+    def on_input_end(self, lost: bool) -> None:
+        pass  # `input.end` gets no answer of its own: each turn's `trace` event tells the client
+
     def _end_audio(self, turn_id: int, status: str) -> None:
         """The resampler's tail, then `response.done`: the turn's audio is complete."""
         resampler = self._resamplers.pop(turn_id, None)

@@ -164,6 +164,9 @@ class CallBridge:
         if trace.turn_id == self._goodbye_turn and not trace.barge_in_ns and not self.closed:
             self.port.hangup("the dialogue ended", after_playback=True)
 
+    def on_input_end(self, lost: bool) -> None:
+        pass  # a call's input ends with the call (`close`)
+
     def close(self) -> None:
         """The call is over: free the session here and in every stage."""
         if not self.closed:

@@ -110,3 +110,6 @@ class NullSink:
 
     def on_turn_done(self, trace):
         pass
+
+    def on_input_end(self, lost: bool) -> None:
+        pass

@@ -51,6 +51,9 @@ class TimedSink:
         if not trace.barge_in_ns:
             self.turn_done.set()
 
+    def on_input_end(self, lost: bool) -> None:
+        pass
+
 
 def _bare(word: str) -> str:
     return word.strip(",;:.?!…—-")

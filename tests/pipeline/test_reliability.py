@@ -192,6 +192,9 @@ class _TurnSink:
     def on_turn_done(self, trace):
         pass
 
+    def on_input_end(self, lost: bool) -> None:
+        pass
+
 
 def test_garbage_from_a_stage_is_dropped_and_a_corrupt_ring_restarts_it(running):
     """A misbehaving TTS: a STAMP whose body does not parse (dropped, counted), then a

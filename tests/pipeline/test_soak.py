@@ -51,6 +51,9 @@ class _TurnSink:
     def on_turn_done(self, trace):
         self.done.put_nowait(trace)
 
+    def on_input_end(self, lost: bool) -> None:
+        pass
+
 
 def _census(supervisor) -> dict:
     """Memory, fds and threads of this process and of each stage process and standby."""
