@@ -97,7 +97,6 @@ def stream_turn(
     for index, offset in enumerate(range(0, audio.size, frame)):
         arrival_ns = T0_NS + (offset + frame) * 1_000_000_000 // SAMPLE_RATE
         new = stream.feed(audio[offset : offset + frame], SAMPLE_RATE, 1, arrival_ns)
-        stream.score_pending()
         for due, utterance, prob in [h for h in hints if h[0] <= index]:
             hints.remove((due, utterance, prob))
             new += stream.hint(utterance, prob)
@@ -252,7 +251,9 @@ def fit() -> Weights:
     config = replace(BASE, turn_fallback_ms=10_000)
     rows: list[tuple[tuple[float, ...], bool]] = []
     for turn in turns:
-        stream = ASRStream(config, models, weights=never, hold_unfinished=False)
+        stream = ASRStream(
+            config, models, weights=never, hold_unfinished=False, always_score_audio=True
+        )
         events = stream_turn(stream, turn.audio, probe)
         scored: list[TurnSignals] = []
         text = ""
