@@ -3,8 +3,9 @@
 #   docker build -t voxrelay .
 #   docker run --rm -p 8765:8765 voxrelay        # ws://HOST:8765/v1/voice, http://HOST:8765/
 #
-# Not built where voxrelay is developed (no registry for base images there): the steps
-# are checked by tests/test_packaging.py, the image itself is untested (docs/scaling.md).
+# Checked by tests/test_packaging.py and, where a Docker daemon runs, by
+# `python -m scripts.container_check` (health check, then real turns over /v1/voice);
+# docs/scaling.md has the build made where voxrelay is developed.
 
 # Stage 1: the wheel, with the LLM's C kernels (llm/csrc) compiled by gcc.
 FROM python:3.11-slim AS build
@@ -30,7 +31,9 @@ RUN apt-get update \
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 # torch first, as the Makefile installs it: the CPU build. Left to resolve as a dependency
 # of voxrelay, pip would pull the multi-GB CUDA build from PyPI; this pin satisfies it.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+# TORCH_INDEX_URL: a mirror of the PyTorch CPU index, where that one cannot be reached.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0
 COPY --from=build /dist /dist
 RUN pip install /dist/voxrelay-*.whl && rm -rf /dist
 # The models live in the image (read-only at run time). `models fetch` with no names

@@ -208,7 +208,11 @@ def test_dockerfile_installs_cpu_torch_before_the_package_and_fetches_the_models
     makefile_pin = re.search(r"pip install .*?(torch==[\d.]+)", (ROOT / "Makefile").read_text())
     assert makefile_pin is not None
     torch = _index(steps, rf"RUN .*pip install .*{re.escape(makefile_pin.group(1))}")
-    assert "download.pytorch.org/whl/cpu" in steps[torch][1], "torch must come from the CPU index"
+    index = re.search(r"--index-url \S+", steps[torch][1])
+    assert index is not None, "torch must come from the CPU index"
+    arguments = dict(a.partition("=")[::2] for i, a in steps if i == "ARG")
+    url = re.sub(r'"?\$\{?(\w+)\}?"?', lambda m: arguments.get(m.group(1), "?"), index.group())
+    assert "download.pytorch.org/whl/cpu" in url, "torch must come from the CPU index"
     # The package itself: its wheel (or the source tree) installed, not an editable install.
     package = _index(steps, r"RUN .*pip install [^&]*(voxrelay\S*\.whl|\s\.(\s|$))")
     assert torch < package
