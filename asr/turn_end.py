@@ -6,10 +6,10 @@
 2. The audio: Smart Turn v3.2's P(end of turn) on the last 8 s (asr/turn_model.py).
 3. The LLM's own P(<|im_end|>) after the user's words, read from the prefill that
    starts the speculative reply (llm/runner.py probes; no extra forward pass). The
-   reply's prompt carries the words without Whisper's closing mark (`probe_text`):
+   reply's prompt carries the words without Whisper's closing period (`probe_text`):
    Whisper closes nearly every decode that stops at a pause with a period, so the mark
    says little, and without it the model's probability separates cut-off words from
-   whole ones better (docs/asr.md, "Learned end of turn").
+   whole ones better (docs/asr.md, "Learned end of turn"). A question keeps its "?".
 
 `end_probability` fuses them with a logistic model (WEIGHTS, fitted by
 `python -m bench.turn_end --fit` on the natural-pause and splice sets); `wait_ms` turns
@@ -87,8 +87,15 @@ def unfinished(text: str) -> bool:
 
 
 def probe_text(text: str) -> str:
-    """The user's words as the reply's prompt carries them: without closing marks."""
-    return text.strip().rstrip(".,?!;:…-— ").strip()
+    """The user's words as the reply's prompt carries them: without closing marks, but
+    a question keeps its "?". Whisper closes nearly every decode that stops at a pause
+    with a period, so a period says little; it writes "?" only for a question, and
+    without it SmolLM2 reads "What time is it" as unfinished (P(<|im_end|>) 1.7e-6,
+    0.24 with it; docs/asr.md, "Session 15")."""
+    stripped = text.strip()
+    if stripped.endswith("?"):
+        return stripped.rstrip("?").rstrip() + "?"
+    return stripped.rstrip(".,?!;:…-— ").strip()
 
 
 @dataclass(frozen=True, slots=True)

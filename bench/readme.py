@@ -68,6 +68,11 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("... mean wait after true ends, learned end (ms)", "turn_end.mean_wait_ms.splice"),
     ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.splice.vad"),
     ("... ended on, Smart Turn alone (%)", "turn_end.false_cut_pct.splice.smart_turn"),
+    (
+        "turn-taking, spoken requests (synthetic): mean wait, learned end (ms)",
+        "turn_end.mean_wait_ms.requests",
+    ),
+    ("... mean wait, VAD silence alone (ms)", "turn_end.mean_wait_ms.requests.vad"),
     ("turn-end decision CPU time in the ASR, p50 (ms)", "turn_end.decision_ms.p50"),
     ("natural turns kept whole through the pipeline, learned end (%)", "e2e.natural.whole_pct"),
     ("TTFA p50 at natural turns' true ends, learned end (ms)", "e2e.ttfa_ms.p50.natural"),

@@ -8,7 +8,10 @@ at real-time pace, followed by 3 s of silence:
 - natural (tests/asr/natural.py): real turns with their speakers' own pauses;
 - splice: each of the 15 pocketsphinx clips cut at one word boundary (Whisper's word
   times, moved to the quietest 20 ms within 100 ms) with a pause of 0.2-2.5 s (uniform,
-  seeded) put in, one variant per boundary.
+  seeded) put in, one variant per boundary;
+- requests (tests/asr/spoken_requests.py): 24 things users say to a voice agent
+  (questions, requests, answers), synthetic, spoken by the bundled Piper voice: the
+  wait after a whole question, which the other two sets barely hold.
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
@@ -17,27 +20,44 @@ probability comes from the native engine in this process, through the same probe
 LLM stage runs, and reaches the stream HINT_DELAY_MS after the SpeculativeEnd (the
 stage's measured first-token time, `e2e.llm_ttft_ms`).
 
-`python -m bench.turn_end --fit` refits asr/turn_end.py's WEIGHTS on both sets.
+`python -m bench.turn_end --fit` refits asr/turn_end.py's WEIGHTS on both sets;
+`--replay` lists the natural set's pauses, each scored on its own, and replays the
+eagerness presets over both sets (`replay`: a policy's trade-off in a second).
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from faster_whisper import WhisperModel
 
 from tests.asr.clipdata import SAMPLE_RATE, T0_NS, read_clip, silence, trim
 from tests.asr.natural import POCKETSPHINX, Turn, natural_turns
+from tests.asr.spoken_requests import request_turns
 from voxrelay.asr.config import ASRConfig
-from voxrelay.asr.events import EndScored, Final, SpeculativeEnd
+from voxrelay.asr.events import EndScored, Final, Resume, SpeculativeEnd
 from voxrelay.asr.models import ASRModels, load_asr
 from voxrelay.asr.stream import ASRStream
-from voxrelay.asr.turn_end import WEIGHTS, TurnSignals, Weights, probe_text
+from voxrelay.asr.turn_end import (
+    EAGERNESS,
+    WEIGHTS,
+    TurnSignals,
+    Weights,
+    end_probability,
+    probe_text,
+    unfinished,
+    wait_ms,
+)
 from voxrelay.pipeline.models import asset_path
+
+if TYPE_CHECKING:
+    from voxrelay.llm.native_backend import NativeBackend
+    from voxrelay.llm.sequence import TokenOutput
 
 HINT_DELAY_MS = 40
 FRAME_MS = 20
@@ -63,6 +83,28 @@ class Outcome:
     decision_ms: list[float] | None = None
 
 
+def first_outputs(
+    backend: NativeBackend,
+    prompts: Mapping[int, str],
+    before_abort: Callable[[TokenOutput], None] | None = None,
+) -> dict[int, TokenOutput]:
+    """Submit every prompt and step until each request's first token is out (it carries
+    the probe's P(<|im_end|>)); `before_abort` sees it while the request still lives
+    (its probe's hidden state, bench/turn_head.py); then each request is aborted."""
+    for request_id, prompt in prompts.items():
+        backend.submit(request_id, prompt)
+    done: dict[int, TokenOutput] = {}
+    while len(done) < len(prompts):
+        for output in backend.step():
+            if output.request_id in done:
+                continue
+            done[output.request_id] = output
+            if before_abort is not None:
+                before_abort(output)
+            backend.abort(output.request_id)
+    return done
+
+
 def text_prober() -> Callable[[str], float | None]:
     """P(<|im_end|>) after `text` from the native engine: the LLM stage's own probe."""
     from voxrelay.llm.dialogue import Dialogue, llm_config
@@ -75,12 +117,9 @@ def text_prober() -> Callable[[str], float | None]:
 
     def probe(text: str) -> float | None:
         request_id = next(ids)
-        backend.submit(request_id, dialogue.prompt_text(backend, config, probe_text(text)))
-        outputs = []
-        while not outputs:
-            outputs = backend.step()
-        backend.abort(request_id)
-        return outputs[0].probe_prob
+        prompt = dialogue.prompt_text(backend, config, probe_text(text))
+        output: TokenOutput = first_outputs(backend, {request_id: prompt})[request_id]
+        return output.probe_prob
 
     return probe
 
@@ -174,19 +213,25 @@ def evaluate(
 def run() -> dict[str, float]:
     models = load_asr(ASRConfig(model="auto"))
     natural = natural_turns(asset_path("naturalclips"), asset_path("testclips"), models.vad)
-    sets = {"natural": natural, "splice": splice_turns(models.whisper["base"], models)}
+    sets = {
+        "natural": natural,
+        "splice": splice_turns(models.whisper["base"], models),
+        "requests": request_turns(models.vad),
+    }
     outcomes = evaluate(models, sets)
     results = {
         "turn_end.pauses.natural": float(sum(len(t.pauses) for t in natural)),
         "turn_end.turns.natural": float(len(natural)),
         "turn_end.pauses.splice": float(len(sets["splice"])),
+        "turn_end.turns.requests": float(len(sets["requests"])),
     }
     for detector, by_set in outcomes.items():
         suffix = "" if detector == "learned" else f".{detector}"
         for set_name, outcome in by_set.items():
             assert outcome.waits_ms is not None and outcome.decision_ms is not None
             key = f"{set_name}{suffix}"
-            results[f"turn_end.false_cut_pct.{key}"] = round(100 * outcome.cut / outcome.pauses, 1)
+            cut_pct = 100 * outcome.cut / max(outcome.pauses, 1)
+            results[f"turn_end.false_cut_pct.{key}"] = round(cut_pct, 1)
             results[f"turn_end.mean_wait_ms.{key}"] = round(float(np.mean(outcome.waits_ms)), 1)
             results[f"turn_end.p50_wait_ms.{key}"] = round(float(np.median(outcome.waits_ms)), 1)
     decisions = outcomes["learned"]["natural"].decision_ms or [0.0]
@@ -201,7 +246,7 @@ def table(results: dict[str, float]) -> str:
         f"pauses in {results['turn_end.turns.natural']:.0f} real turns; "
         f"{results['turn_end.pauses.splice']:.0f} spliced pauses of 0.2-2.5 s",
         f"{'detector':11} {'false cut nat %':>15} {'wait nat ms':>12} "
-        f"{'false cut splice %':>18} {'wait splice ms':>15}",
+        f"{'false cut splice %':>18} {'wait splice ms':>15} {'wait requests ms':>17}",
     ]
     for detector in DETECTORS:
         suffix = "" if detector == "learned" else f".{detector}"
@@ -209,7 +254,8 @@ def table(results: dict[str, float]) -> str:
             f"{detector:11} {results[f'turn_end.false_cut_pct.natural{suffix}']:>15.1f} "
             f"{results[f'turn_end.mean_wait_ms.natural{suffix}']:>12.0f} "
             f"{results[f'turn_end.false_cut_pct.splice{suffix}']:>18.1f} "
-            f"{results[f'turn_end.mean_wait_ms.splice{suffix}']:>15.0f}"
+            f"{results[f'turn_end.mean_wait_ms.splice{suffix}']:>15.0f} "
+            f"{results[f'turn_end.mean_wait_ms.requests{suffix}']:>17.0f}"
         )
     lines.append(
         f"decision cost p50 {results['turn_end.decision_ms.p50']:.1f} ms, "
@@ -237,41 +283,129 @@ def fit_logistic(
     return weights
 
 
-def fit() -> Weights:
-    """Refit the fusion on every pause of both sets, each scored on its own: the stream
-    never ends a pause before the speaker resumes (the decision always waits, the words'
-    rule does not hold), so no cut changes what the next pause hears. A pause is an end
-    when it is a true end (the last of a turn that has one); the last pause of a turn
-    without one is left out."""
+@dataclass(frozen=True, slots=True)
+class ScoredPause:
+    """One pause scored on its own (the stream never ended it; see `scored_pauses`)."""
+
+    turn: str
+    set_name: str
+    signals: TurnSignals
+    is_end: bool  # the turn's true end, else a mid-turn pause
+    decided_ms: float  # when the decision came, after the speech end
+    resumed_ms: float | None  # when the speaker went on, after the speech end (None: an end)
+
+
+def scored_pauses() -> list[ScoredPause]:
+    """Every pause of both sets, each scored on its own: the stream never ends a pause
+    before the speaker resumes (the decision always waits, the words' rule does not
+    hold), so no cut changes what the next pause hears. The last pause of a turn
+    without a true end is left out."""
     models = load_asr(ASRConfig(model="auto"))
     natural = natural_turns(asset_path("naturalclips"), asset_path("testclips"), models.vad)
-    turns = natural + splice_turns(models.whisper["base"], models)
+    sets = [("natural", turn) for turn in natural]
+    sets += [("splice", turn) for turn in splice_turns(models.whisper["base"], models)]
+    sets += [("requests", turn) for turn in request_turns(models.vad)]
     probe = text_prober()
     never = Weights(0.0, 0.0, 0.0, 0.0, 0.0, -50.0)
-    config = replace(BASE, turn_fallback_ms=10_000)
-    rows: list[tuple[tuple[float, ...], bool]] = []
-    for turn in turns:
+    config = replace(BASE, turn_detection="learned", turn_fallback_ms=10_000)
+    pauses: list[ScoredPause] = []
+    for set_name, turn in sets:
         stream = ASRStream(
             config, models, weights=never, hold_unfinished=False, always_score_audio=True
         )
-        events = stream_turn(stream, turn.audio, probe)
-        scored: list[TurnSignals] = []
-        text = ""
-        for _, event in events:  # each EndScored decides the pause of the SpeculativeEnd before
-            if isinstance(event, SpeculativeEnd):
-                text = event.text
+        found: list[tuple[TurnSignals, int, int]] = []  # (signals, speech end, decided)
+        resumed: dict[int, int] = {}  # index in found -> when the speaker went on (ns)
+        text, speech_end_ns = "", 0
+        for at, event in stream_turn(stream, turn.audio, probe):
+            if isinstance(event, SpeculativeEnd):  # each EndScored decides the pause of it
+                text, speech_end_ns = event.text, event.speech_end_ns
             elif isinstance(event, EndScored):
-                scored.append(TurnSignals(text, event.audio_prob, event.text_prob))
-        for index, signals in enumerate(scored):
-            last = index == len(scored) - 1
-            if not last or turn.true_end:
-                rows.append((signals.features(), last))
-    features = np.array([[*row, 1.0] for row, _ in rows])
-    labels = np.array([float(is_end) for _, is_end in rows])
+                found.append(
+                    (TurnSignals(text, event.audio_prob, event.text_prob), speech_end_ns, at)
+                )
+            elif isinstance(event, Resume) and found:
+                resumed.setdefault(len(found) - 1, at)
+        for index, (signals, end_ns, decided_ns) in enumerate(found):
+            last = index == len(found) - 1
+            if last and not turn.true_end:
+                continue
+            resumed_ms = None if last or index not in resumed else (resumed[index] - end_ns) / 1e6
+            pauses.append(
+                ScoredPause(
+                    turn.name, set_name, signals, last, (decided_ns - end_ns) / 1e6, resumed_ms
+                )
+            )
+    return pauses
+
+
+def fit(pauses: list[ScoredPause]) -> Weights:
+    """Refit the fusion on every scored pause (class-balanced, L2 0.3). A pause is an end
+    when it is a true end (the last of a turn that has one)."""
+    features = np.array([[*pause.signals.features(), 1.0] for pause in pauses])
+    labels = np.array([float(pause.is_end) for pause in pauses])
     weights = fit_logistic(features, labels, 0.3 * np.eye(features.shape[1]), steps=100)
-    print(f"{len(rows)} pauses, {int(labels.sum())} true ends")
+    print(f"{len(pauses)} pauses, {int(labels.sum())} true ends")
     return Weights(*(round(float(w), 2) for w in weights))
 
 
+def replay(
+    pauses: list[ScoredPause],
+    eagerness: str = "medium",
+    fallback_ms: int = 2500,
+    weights: Weights = WEIGHTS,
+) -> dict[str, tuple[float, float]]:
+    """The learned detector's false cut (%) and mean wait (ms) per set, replayed over
+    scored pauses: a pause ends once the silence reaches the larger of its wait and its
+    decision time (the words' rule holds an unfinished one to the fallback). It misses
+    only what a cut does to the pauses after it (the words after a cut are decoded
+    alone), so it runs a policy over every pause in a second, within 1-3 points of
+    `run` (docs/asr.md, "Session 14")."""
+    out: dict[str, tuple[float, float]] = {}
+    for set_name in sorted({pause.set_name for pause in pauses}):
+        cuts, mids, waits = 0, 0, []
+        for pause in (p for p in pauses if p.set_name == set_name):
+            prob = end_probability(pause.signals, weights)
+            wait = wait_ms(prob, eagerness, fallback_ms)
+            if unfinished(pause.signals.text):
+                wait = fallback_ms
+            ends_at = max(wait, pause.decided_ms)
+            if pause.is_end:
+                waits.append(ends_at)
+            elif pause.resumed_ms is not None:
+                mids += 1
+                cuts += ends_at < pause.resumed_ms
+        out[set_name] = (100 * cuts / max(mids, 1), float(np.mean(waits)) if waits else 0.0)
+    return out
+
+
+def _replay_report(pauses: list[ScoredPause]) -> str:
+    lines = [f"{'pause':28} {'end':>3} {'text P':>8} {'audio P':>7} {'fused':>5} "
+             f"{'decided':>7} {'resumed':>7}  text"]  # fmt: skip
+    for pause in pauses:
+        if pause.set_name != "natural":
+            continue
+        signals = pause.signals
+        lines.append(
+            f"{pause.turn:28} {'yes' if pause.is_end else '':>3} "
+            f"{signals.text_prob or 0:>8.1e} {signals.audio_prob or 0:>7.2f} "
+            f"{end_probability(signals):>5.2f} {pause.decided_ms:>7.0f} "
+            f"{pause.resumed_ms or 0:>7.0f}  {signals.text[-50:]}"
+        )
+    for eagerness in EAGERNESS:
+        by_set = replay(pauses, eagerness)
+        lines.append(
+            f"{eagerness:6} "
+            + "  ".join(
+                f"{name} {cut:.1f}% / {wait:.0f} ms" for name, (cut, wait) in by_set.items()
+            )
+        )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(fit() if "--fit" in sys.argv else table(run()))
+    if "--fit" in sys.argv:
+        print(fit(scored_pauses()))
+    elif "--replay" in sys.argv:
+        print(_replay_report(scored_pauses()))
+    else:
+        print(table(run()))

@@ -28,8 +28,9 @@ import numpy as np
 import torch
 import yaml
 
-from bench.turn_end import fit_logistic
+from bench.turn_end import first_outputs, fit_logistic
 from voxrelay.asr.turn_end import probe_text
+from voxrelay.llm.sequence import TokenOutput
 from voxrelay.llm.turn_head import TurnHead
 from voxrelay.pipeline.models import asset_path, voxrelay_home
 
@@ -112,22 +113,22 @@ def features(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     ids = itertools.count(1)
     hidden: list[torch.Tensor] = []
     probs: list[float] = []
+    rows: dict[int, torch.Tensor | None] = {}
+
+    def keep_hidden(output: TokenOutput) -> None:
+        rows[output.request_id] = engine.probe_hidden(output.request_id)
+
     for start in range(0, len(texts), BATCH):
-        batch = {next(ids): text for text in texts[start : start + BATCH]}
-        for request_id, text in batch.items():
-            backend.submit(request_id, dialogue.prompt_text(backend, config, text))
-        done: dict[int, tuple[torch.Tensor, float]] = {}
-        while len(done) < len(batch):
-            for output in backend.step():
-                if output.request_id in done or output.probe_prob is None:
-                    continue
-                row = engine.probe_hidden(output.request_id)
-                assert row is not None
-                done[output.request_id] = (row, output.probe_prob)
-                backend.abort(output.request_id)
+        batch = {
+            next(ids): dialogue.prompt_text(backend, config, text)
+            for text in texts[start : start + BATCH]
+        }
+        done = first_outputs(backend, batch, keep_hidden)
         for request_id in batch:
-            hidden.append(done[request_id][0])
-            probs.append(done[request_id][1])
+            row, prob = rows.pop(request_id), done[request_id].probe_prob
+            assert row is not None and prob is not None, request_id
+            hidden.append(row)
+            probs.append(prob)
         if start // BATCH % 50 == 0:
             print(f"  {start + len(batch)}/{len(texts)}", file=sys.stderr)
     return torch.stack(hidden).numpy(), np.array(probs)

@@ -69,9 +69,11 @@ def test_whole_turns_do_not(text: str) -> None:
     assert not unfinished(text)
 
 
-def test_probe_text_drops_whispers_closing_marks_only() -> None:
+def test_probe_text_drops_whispers_closing_marks_but_a_questions() -> None:
     assert probe_text(" And so my fellow Americans. ") == "And so my fellow Americans"
-    assert probe_text("Is it raining?") == "Is it raining"
+    assert probe_text("Is it raining?") == "Is it raining?"
+    assert probe_text("Is it raining ?? ") == "Is it raining?"
+    assert probe_text("Stop!") == "Stop"
     assert probe_text("ask not what your country can do for you,") == (
         "ask not what your country can do for you"
     )

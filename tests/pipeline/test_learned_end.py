@@ -74,3 +74,22 @@ def test_voxrelay_run_keeps_jfk_one_turn(natural_dir: Path, tmp_path) -> None:
     (row,) = rows
     assert "country" in row["transcript"].lower() and row["reply_text"], row
     assert row["end_prob"] is not None and row["endpoint_ms"] < 2_900, row  # before the EOF
+
+
+def test_a_spoken_question_ends_the_turn_at_the_floor(clips_dir: Path) -> None:
+    """Questions, the commonest turn a voice agent hears (synthetic speech: the natural
+    set holds almost none), end the turn at the breath-length floor, not after the
+    fallback: Whisper's question mark reaches the LLM's probe (docs/asr.md, session 15)."""
+    from tests.asr.spoken_requests import REQUESTS, request_turns
+    from voxrelay.asr.config import ASRConfig
+    from voxrelay.asr.models import load_asr
+
+    turns = request_turns(load_asr(ASRConfig(model="tiny.en")).vad)
+    questions = [turn for turn, text in zip(turns, REQUESTS, strict=True) if text.endswith("?")]
+    rows = _run([_clip(turn.audio) for turn in questions[:3]])
+    for turn_rows in rows:
+        assert len(turn_rows) == 1, [row["transcript"] for row in turn_rows]
+        (row,) = turn_rows
+        assert row["transcript"].rstrip().endswith("?"), row
+        assert row["end_wait_ms"] == 300 and row["endpoint_ms"] < 700, row
+        assert row["reply_text"], row
