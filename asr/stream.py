@@ -42,7 +42,6 @@ from voxrelay.asr.turn_end import (
     WEIGHTS,
     TurnSignals,
     Weights,
-    audio_can_change,
     end_probability,
     unfinished,
     wait_ms,
@@ -64,13 +63,15 @@ class _Decoded:
 
 @dataclass(slots=True)
 class _PendingEnd:
-    """A pause being decided once the LLM's P(end of turn) arrives (`hint`) or the
-    silence reaches `deadline_ms` without it. Its audio is what was heard up to the
-    SpeculativeEnd (`audio_until`), scored only if the score can change the wait."""
+    """A pause being decided: its audio scored once the SpeculativeEnd is out
+    (`score_pending`), its decision once the LLM's P(end of turn) arrives (`hint`) or
+    the silence reaches `deadline_ms` without it."""
 
     text: str
     deadline_ms: float
-    audio_until: int  # sample
+    scored: bool = False
+    audio_prob: float | None = None
+    decision_ns: int = 0  # CPU time spent on the decision so far
 
 
 @dataclass(slots=True)
@@ -96,7 +97,6 @@ class ASRStream:
         shared: Callable[[], bool] | None = None,
         weights: Weights = WEIGHTS,
         hold_unfinished: bool = True,
-        always_score_audio: bool = False,
     ) -> None:
         """`models`: from `load_asr` with a config naming the same model(s). `budget`:
         shared by every stream of one process (asr/budget.py); by default this stream
@@ -105,9 +105,7 @@ class ASRStream:
         "auto", whether other sessions share the process now (asked as each utterance
         starts; without it the stream is alone). `weights`, `hold_unfinished`: the
         learned end of turn's fusion and whether the words' rule holds a pause (the
-        benchmark's single-signal detectors change them). `always_score_audio`: run the
-        audio model at every pause, even where its score cannot change the wait (the
-        fit reads every pause's score)."""
+        benchmark's single-signal detectors change them)."""
         self.config = config
         missing = [name for name in config.whisper_models if name not in models.whisper]
         if missing:
@@ -138,7 +136,6 @@ class ASRStream:
         self._turn_model = models.turn
         self._weights = weights
         self._hold_unfinished = hold_unfinished
-        self._always_score_audio = always_score_audio
         self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
             EndpointKind.START: self._on_start,
             EndpointKind.PAUSE: self._on_pause,
@@ -273,9 +270,25 @@ class ASRStream:
         ]
         if self.config.learns_end:
             deadline = self._endpointer.silence_ms + self.config.text_hint_wait_ms
-            utterance.pending = _PendingEnd(transcript.text, deadline, now)
+            utterance.pending = _PendingEnd(transcript.text, deadline)
             self._endpointer.extend(self.config.turn_fallback_ms)
         return events
+
+    def score_pending(self) -> None:
+        """Score the open pause's audio (Smart Turn, ~30 ms), if one waits for it. The
+        worker calls this once it has sent the SpeculativeEnd, so the LLM prefills the
+        reply (and reads its own probability) while this runs."""
+        utterance = self._utterance
+        if utterance is None or utterance.pending is None or utterance.pending.scored:
+            return
+        pending = utterance.pending
+        started = time.perf_counter_ns()
+        if self._turn_model is not None:
+            now = self._vad.windows_done * WINDOW_SAMPLES
+            start = max(utterance.audio_start, now - WHISPER_MAX_SAMPLES)
+            pending.audio_prob = self._turn_model.score(self._audio.read(start, now)).probability
+        pending.scored = True
+        pending.decision_ns += time.perf_counter_ns() - started
 
     def hint(self, utterance_id: int, text_prob: float | None) -> list[ASREvent]:
         """The LLM's P(end of turn) for the pause of `utterance_id` (late ones are ignored);
@@ -291,27 +304,23 @@ class ASRStream:
         self.config = replace(self.config, eagerness=eagerness, turn_fallback_ms=fallback_ms)
 
     def _decide(self, utterance: _Utterance, text_prob: float | None, now: int) -> list[ASREvent]:
+        self.score_pending()
         pending = utterance.pending
         assert pending is not None
         utterance.pending = None
         started = time.perf_counter_ns()
-        audio_prob = None
-        if self._needs_audio(pending.text, text_prob):
-            # Smart Turn (~30-40 ms) on the audio up to the SpeculativeEnd, run only now:
-            # the LLM's prefill had both cores meanwhile, and most pauses never need it.
-            start = max(utterance.audio_start, pending.audio_until - WHISPER_MAX_SAMPLES)
-            audio = self._audio.read(start, pending.audio_until)
-            audio_prob = self._turn_model.score(audio).probability  # type: ignore[union-attr]
-        end_prob = end_probability(TurnSignals(pending.text, audio_prob, text_prob), self._weights)
+        end_prob = end_probability(
+            TurnSignals(pending.text, pending.audio_prob, text_prob), self._weights
+        )
         if text_prob is None and self._weights.text:
             # The LLM's probability did not come in time (a remote backend sends none):
             # the pause ends as the silence rule ends it, not on a guess at the missing term.
             wait = self.config.end_silence_ms
         else:
             wait = wait_ms(end_prob, self.config.eagerness, self.config.turn_fallback_ms)
-        decision_ms = (time.perf_counter_ns() - started) / 1e6
+        decision_ms = (pending.decision_ns + time.perf_counter_ns() - started) / 1e6
         scored = EndScored(
-            utterance.utterance_id, audio_prob, text_prob, end_prob, wait, decision_ms
+            utterance.utterance_id, pending.audio_prob, text_prob, end_prob, wait, decision_ms
         )
         if wait > self._endpointer.silence_ms:
             self._endpointer.extend(wait)
@@ -320,18 +329,6 @@ class ASRStream:
         for endpoint_event in self._endpointer.end_now():
             events += self._handlers[endpoint_event.kind](endpoint_event, now)
         return events
-
-    def _needs_audio(self, text: str, text_prob: float | None) -> bool:
-        if self._turn_model is None:
-            return False
-        if self._always_score_audio:
-            return True
-        if text_prob is None and self._weights.text:
-            return False  # the silence rule decides (below): no score would be read
-        config = self.config
-        return audio_can_change(
-            text, text_prob, config.eagerness, config.turn_fallback_ms, self._weights
-        )
 
     def _on_resume(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         utterance = self._current()

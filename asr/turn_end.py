@@ -188,31 +188,6 @@ def wait_ms(end_prob: float, eagerness: str, fallback_ms: int) -> int:
     return round(floor + (fallback_ms - floor) * min(share, 1.0))
 
 
-# The audio feature's extremes: `_logit` clips Smart Turn's probability to these.
-AUDIO_PROB_RANGE = (1e-4, 1 - 1e-4)
-
-
-def audio_can_change(
-    text: str, text_prob: float | None, eagerness: str, fallback_ms: int,
-    weights: Weights = WEIGHTS,
-) -> bool:  # fmt: skip
-    """Whether Smart Turn's probability, whatever it is, can change this pause's wait.
-
-    The wait is monotone in the fused probability and that in the audio feature, so the
-    waits at the feature's two extremes bound every other: when they agree (the text and
-    the words already put the pause past `commit_at` or below `fallback_at` with room to
-    spare), the audio model need not run (docs/asr.md, "The audio model only when it can
-    change the wait")."""
-    if not weights.audio:
-        return False
-    low, high = (
-        wait_ms(end_probability(TurnSignals(text, prob, text_prob), weights), eagerness,
-                fallback_ms)
-        for prob in AUDIO_PROB_RANGE
-    )  # fmt: skip
-    return low != high
-
-
 def _logit(prob: float, clip: float = 9.21) -> float:
     """log(p / (1 - p)), clipped to +-clip (9.21: p within 1e-4 of 0 or 1)."""
     if prob <= 0.0 or prob >= 1.0:

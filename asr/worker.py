@@ -93,6 +93,10 @@ class ASRHandler(TableHandler):
         that pass is done (docs/asr.md has the measured effect).
         """
         self._send_held()
+        # A learned pause's audio is scored only now, with its SpeculativeEnd already on
+        # the way: the LLM prefills the reply (and reads its P(end of turn)) meanwhile.
+        for stream in self.streams.values():
+            stream.score_pending()
         return False
 
     def _send_held(self) -> None:

@@ -136,6 +136,7 @@ def stream_turn(
     for index, offset in enumerate(range(0, audio.size, frame)):
         arrival_ns = T0_NS + (offset + frame) * 1_000_000_000 // SAMPLE_RATE
         new = stream.feed(audio[offset : offset + frame], SAMPLE_RATE, 1, arrival_ns)
+        stream.score_pending()
         for due, utterance, prob in [h for h in hints if h[0] <= index]:
             hints.remove((due, utterance, prob))
             new += stream.hint(utterance, prob)
@@ -310,9 +311,7 @@ def scored_pauses() -> list[ScoredPause]:
     config = replace(BASE, turn_detection="learned", turn_fallback_ms=10_000)
     pauses: list[ScoredPause] = []
     for set_name, turn in sets:
-        stream = ASRStream(
-            config, models, weights=never, hold_unfinished=False, always_score_audio=True
-        )
+        stream = ASRStream(config, models, weights=never, hold_unfinished=False)
         found: list[tuple[TurnSignals, int, int]] = []  # (signals, speech end, decided)
         resumed: dict[int, int] = {}  # index in found -> when the speaker went on (ns)
         text, speech_end_ns = "", 0

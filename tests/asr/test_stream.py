@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,6 @@ from tests.asr.clipdata import (
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
     Discard,
-    EndScored,
     Final,
     Partial,
     Resume,
@@ -32,13 +30,6 @@ from voxrelay.asr.events import (
     SpeechStart,
 )
 from voxrelay.asr.stream import ASRStream
-from voxrelay.asr.turn_end import (
-    EAGERNESS,
-    TurnSignals,
-    audio_can_change,
-    end_probability,
-    wait_ms,
-)
 
 # Partials off unless a test is about them: each decode costs CPU the tests share.
 QUIET = ASRConfig(model="tiny.en", partial_interval_ms=0)
@@ -234,44 +225,3 @@ def test_a_stream_needs_its_models_loaded(models) -> None:
     tiny_only = type(models)({"tiny.en": models.whisper["tiny.en"]}, models.vad)
     with pytest.raises(ValueError, match=r"\['base'\].*load_asr"):
         ASRStream(ASRConfig(model="base"), tiny_only)
-
-
-def _decided(stream: ASRStream, audio: np.ndarray, text_prob: float) -> tuple[str, EndScored]:
-    """Feed `audio` as 20 ms frames; the LLM's `text_prob` answers the first
-    SpeculativeEnd at once. Its text and the EndScored that decided the pause."""
-    frame = SAMPLE_RATE // 50
-    for index, offset in enumerate(range(0, audio.size, frame)):
-        arrival_ns = (index + 1) * 20 * MS
-        for event in stream.feed(audio[offset : offset + frame], SAMPLE_RATE, 1, arrival_ns):
-            if isinstance(event, SpeculativeEnd):
-                (scored, *_) = of_type(
-                    [(arrival_ns, e) for e in stream.hint(event.utterance_id, text_prob)],
-                    EndScored,
-                )
-                return event.text, scored
-    raise AssertionError("no SpeculativeEnd")
-
-
-@pytest.mark.parametrize("text_prob", [0.5, 1e-5, 1e-12])
-def test_the_audio_model_runs_only_where_its_score_can_change_the_wait(
-    clips: Path, models, text_prob: float
-) -> None:
-    """A sure end (0.5) or a sure "not yet" (1e-12) from the LLM leaves Smart Turn out;
-    in between (1e-5) it runs, and its score sets the wait."""
-    config = replace(QUIET, turn_detection="learned")
-    audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(1.0)])
-    text, scored = _decided(ASRStream(config, models), audio, text_prob)
-    needed = audio_can_change(text, text_prob, config.eagerness, config.turn_fallback_ms)
-    assert needed == (text_prob == 1e-5), (text, scored)
-    assert (scored.audio_prob is not None) == needed, scored
-    level = EAGERNESS[config.eagerness]
-    if needed:
-        assert 0 <= scored.audio_prob <= 1  # type: ignore[operator]
-        assert scored.decision_ms > 1  # an ONNX inference on 8 s of features
-    else:
-        assert scored.wait_ms in (level.min_wait_ms, config.turn_fallback_ms), scored
-    # The wait is the one the fused probability gives.
-    signals = TurnSignals(text, scored.audio_prob, text_prob)
-    assert scored.wait_ms == wait_ms(
-        end_probability(signals), config.eagerness, config.turn_fallback_ms
-    )

@@ -6,7 +6,6 @@ import pytest
 from voxrelay.asr.turn_end import (
     EAGERNESS,
     TurnSignals,
-    audio_can_change,
     end_probability,
     probe_text,
     unfinished,
@@ -105,19 +104,3 @@ def test_higher_eagerness_never_waits_longer() -> None:
     for prob in (x / 50 for x in range(51)):
         low, medium, high = (wait_ms(prob, e, 2500) for e in ("low", "medium", "high"))
         assert low >= medium >= high, prob
-
-
-@pytest.mark.parametrize("text", ["Go forward ten meters.", "Eight of spades, four of", "Why?"])
-@pytest.mark.parametrize("eagerness", list(EAGERNESS))
-def test_the_audio_is_skipped_exactly_where_no_score_could_move_the_wait(
-    text: str, eagerness: str
-) -> None:
-    audio_probs = [1e-6, 1e-4, 0.01, 0.2, 0.5, 0.8, 0.99, 1 - 1e-4, 1 - 1e-6]
-    for exponent in range(0, 25):
-        text_prob = 10.0**-exponent * 0.9
-        waits = {
-            wait_ms(end_probability(TurnSignals(text, audio, text_prob)), eagerness, 2500)
-            for audio in audio_probs
-        }
-        needed = audio_can_change(text, text_prob, eagerness, 2500)
-        assert needed == (len(waits) > 1), (text_prob, waits)
