@@ -54,6 +54,12 @@ RESTART_WORDS = 3
 STUCK_COPIES = 4
 STUCK_MAX_WORDS = 4
 MAX_TOKENS = 440  # Whisper's text context is 448 including the prompt
+# A loop is first retried in a window this much longer: whether greedy Whisper loops
+# into the padding is chaotic in the window's length, and a somewhat longer one mostly
+# breaks it at a quarter of the full window's encoder cost ("33-4692" looped at 500 and
+# 800 frames, read right at 1000-2000 in 200-420 ms, at 3000 in 840; docs/asr.md,
+# "Session 15"). Only if that loops too does the full window decide.
+RETRY_WINDOW_SCALE = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,15 @@ class Transcript:
 def _compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def _looped(text: str, hit_budget: bool) -> bool:
+    return (
+        hit_budget
+        or _compression_ratio(text) > COMPRESSION_RATIO_LOOP
+        or _starts_over(text)
+        or _stuck_run(_normalized_words(text)) is not None
+    )
 
 
 def _starts_over(text: str) -> bool:
@@ -144,14 +159,12 @@ class WhisperDecoder:
         draft = self._tokenizer.encode(" " + guess) if guess and self._text_decoder else []
         text, hit_budget = self._run(audio, frames, max_tokens, draft)
         retried = False
-        looped = (
-            hit_budget
-            or _compression_ratio(text) > COMPRESSION_RATIO_LOOP
-            or _starts_over(text)
-            or _stuck_run(_normalized_words(text)) is not None
-        )
-        if frames < FULL_FRAMES and looped:
-            retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
+        retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
+        longer = min(FULL_FRAMES, int(frames * RETRY_WINDOW_SCALE))
+        if frames < longer < FULL_FRAMES and _looped(text, hit_budget):
+            text, hit_budget = self._run(audio, longer, retry_tokens, [])
+            frames = longer
+        if frames < FULL_FRAMES and _looped(text, hit_budget):
             text, _ = self._run(audio, FULL_FRAMES, retry_tokens, [])
             frames, retried = FULL_FRAMES, True
         # Even the full window can stick on a short utterance's last word; the copies

@@ -42,3 +42,16 @@ def test_short_window_decodes_a_real_clip_without_retry(clips: Path, models) -> 
     assert transcript.text.lower().startswith("go forward")
     # audio + 2 s of trailing silence, at least encoder_context_s: far below 3000 frames.
     assert transcript.encoder_frames == 800 and not transcript.retried_full
+
+
+def test_a_loop_is_retried_in_a_longer_window_before_the_full_one(clips: Path, models) -> None:
+    """base, greedy, reads the spoken number "33-4692" (its first 2.98 s, as the decode at
+    the pause after it sees them) as the number over and over in 8 s; 12 s read it right,
+    at a quarter of the full 30 s window's encoder cost (docs/asr.md, session 15)."""
+    decoder = WhisperDecoder(models.whisper["base"], ASRConfig(model="base"))
+    audio = np.concatenate([trim(read_clip(clips / "numbers.raw")), silence(1.0)])[:47_680]
+    looped, hit_budget = decoder._run(audio, 800, 32, [])
+    assert hit_budget and _stuck_run(looped.split()) is not None, looped  # still the case
+    transcript = decoder.decode(audio)
+    assert transcript.text.rstrip(".") == "33-4692", transcript
+    assert transcript.encoder_frames == 1200 and not transcript.retried_full
