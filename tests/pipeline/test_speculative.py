@@ -52,7 +52,9 @@ def test_pause_between_phrases_retracts_the_speculative_reply(clips_dir) -> None
     speech = Clip(np.concatenate([first.pcm16, gap, second.pcm16]), 16_000, 1)
 
     async def scenario():
-        config = PipelineConfig(asr={"end_silence_ms": 800})
+        # The silence rule at 800 ms: the learned end may end a turn at a 500 ms pause
+        # after whole words ("Go forward 10 meters" is one), which is not under test here.
+        config = PipelineConfig(asr={"turn_detection": "silence", "end_silence_ms": 800})
         async with Pipeline(config) as pipeline:
             await pipeline.run_clip(first.with_silence(1.0))  # warm-up: one normal turn
             return await pipeline.run_clip(speech.with_silence(1.0))
