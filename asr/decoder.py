@@ -159,12 +159,14 @@ class WhisperDecoder:
         draft = self._tokenizer.encode(" " + guess) if guess and self._text_decoder else []
         text, hit_budget = self._run(audio, frames, max_tokens, draft)
         retried = False
-        retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
-        longer = min(FULL_FRAMES, int(frames * RETRY_WINDOW_SCALE))
-        if frames < longer < FULL_FRAMES and _looped(text, hit_budget):
-            text, hit_budget = self._run(audio, longer, retry_tokens, [])
-            frames = longer
-        if frames < FULL_FRAMES and _looped(text, hit_budget):
+        looped = frames < FULL_FRAMES and _looped(text, hit_budget)
+        if looped:
+            retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
+            longer = int(frames * RETRY_WINDOW_SCALE)
+            if longer < FULL_FRAMES:
+                text, hit_budget = self._run(audio, longer, retry_tokens, [])
+                frames, looped = longer, _looped(text, hit_budget)
+        if looped:
             text, _ = self._run(audio, FULL_FRAMES, retry_tokens, [])
             frames, retried = FULL_FRAMES, True
         # Even the full window can stick on a short utterance's last word; the copies

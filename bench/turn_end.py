@@ -297,7 +297,7 @@ class ScoredPause:
 
 
 def scored_pauses() -> list[ScoredPause]:
-    """Every pause of both sets, each scored on its own: the stream never ends a pause
+    """Every pause of the three sets, each scored on its own: the stream never ends a pause
     before the speaker resumes (the decision always waits, the words' rule does not
     hold), so no cut changes what the next pause hears. The last pause of a turn
     without a true end is left out."""

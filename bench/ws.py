@@ -24,21 +24,23 @@ from voxrelay.pipeline.ws import ServerConfig, VoiceServer
 FRAME_MS = 20
 
 
+async def stream_clip(ws: Any, clip: Clip, silence_s: float) -> None:
+    """`clip` then `silence_s` of silence to `ws`, in FRAME_MS binary frames at real-time
+    pace (paced against the start, so drift cannot build up)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for index, frame in enumerate(clip.with_silence(silence_s).frames(FRAME_MS)):
+        delay = start + index * FRAME_MS / 1000 - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await ws.send(frame)
+
+
 async def _one_turn(port: int, clip: Clip) -> float | None:
     """Streams one clip; returns the turn's TTFA from its trace event."""
     url = f"ws://127.0.0.1:{port}/v1/voice?sample_rate={clip.sample_rate}"
     async with connect(url, max_size=None) as ws:
-
-        async def send() -> None:
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            for index, frame in enumerate(clip.with_silence(1.0).frames(FRAME_MS)):
-                delay = start + index * FRAME_MS / 1000 - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await ws.send(frame)
-
-        sender = asyncio.create_task(send())
+        sender = asyncio.create_task(stream_clip(ws, clip, 1.0))
         try:
             while True:
                 message = await asyncio.wait_for(ws.recv(), 60)

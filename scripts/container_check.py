@@ -24,9 +24,9 @@ from typing import Any
 from websockets.asyncio.client import connect
 
 from bench.e2e import corpus
+from bench.ws import stream_clip
 from voxrelay.pipeline.audio_io import Clip
 
-FRAME_MS = 20
 HEALTHY_WITHIN_S = 300
 
 
@@ -43,15 +43,7 @@ async def _turn(port: int, clip: Clip) -> dict[str, Any]:
     url = f"ws://127.0.0.1:{port}/v1/voice?sample_rate={clip.sample_rate}"
     audio_bytes = 0
     async with connect(url, max_size=None) as ws:
-
-        async def send() -> None:
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            for index, frame in enumerate(clip.with_silence(1.5).frames(FRAME_MS)):
-                await asyncio.sleep(max(0.0, start + index * FRAME_MS / 1000 - loop.time()))
-                await ws.send(frame)
-
-        sender = asyncio.create_task(send())
+        sender = asyncio.create_task(stream_clip(ws, clip, 1.5))
         try:
             while True:
                 message = await asyncio.wait_for(ws.recv(), 60)
