@@ -74,6 +74,11 @@ ROWS: tuple[tuple[str, str], ...] = (
     ),
     ("... mean wait, VAD silence alone (ms)", "turn_end.mean_wait_ms.requests.vad"),
     ("turn-end decision CPU time in the ASR, p50 (ms)", "turn_end.decision_ms.p50"),
+    ("Smart Turn alone, shipped int8 graph, p50 (ms)", "turn_end.smart_turn_ms.p50.shipped"),
+    (
+        "Smart Turn alone, float softmax (the default), p50 (ms)",
+        "turn_end.smart_turn_ms.p50.float_softmax",
+    ),
     ("natural turns kept whole through the pipeline, learned end (%)", "e2e.natural.whole_pct"),
     ("TTFA p50 at natural turns' true ends, learned end (ms)", "e2e.ttfa_ms.p50.natural"),
     ("TTFA p50, the 8 clips with the learned end (ms)", "e2e.ttfa_ms.p50.learned"),

@@ -20,6 +20,10 @@ probability comes from the native engine in this process, through the same probe
 LLM stage runs, and reaches the stream HINT_DELAY_MS after the SpeculativeEnd (the
 stage's measured first-token time, `e2e.llm_ttft_ms`).
 
+Smart Turn's own cost, side by side in the same run: the shipped int8 graph against the
+float-softmax edit the ASR loads (asr/turn_model.py), interleaved on the natural set's
+pause windows, one thread each, while nothing else runs.
+
 `python -m bench.turn_end --fit` refits asr/turn_end.py's WEIGHTS on both sets;
 `--replay` lists the natural set's pauses, each scored on its own, and replays the
 eagerness presets over both sets (`replay`: a policy's trade-off in a second).
@@ -53,6 +57,7 @@ from voxrelay.asr.turn_end import (
     unfinished,
     wait_ms,
 )
+from voxrelay.asr.turn_model import SmartTurn
 from voxrelay.pipeline.models import asset_path
 
 if TYPE_CHECKING:
@@ -238,7 +243,31 @@ def run() -> dict[str, float]:
     decisions = outcomes["learned"]["natural"].decision_ms or [0.0]
     results["turn_end.decision_ms.p50"] = round(float(np.percentile(decisions, 50)), 1)
     results["turn_end.decision_ms.p95"] = round(float(np.percentile(decisions, 95)), 1)
+    results.update(smart_turn_cost(natural))
     return results
+
+
+def smart_turn_cost(turns: list[Turn], rounds: int = 3) -> dict[str, float]:
+    """Smart Turn's inference (features included) at every pause of `turns`, 200 ms in:
+    the shipped graph and the float-softmax edit, interleaved call by call."""
+    path = asset_path("smart-turn") / "model.onnx"
+    graphs = {"shipped": SmartTurn(path, fast_softmax=False), "float_softmax": SmartTurn(path)}
+    after = SAMPLE_RATE // 5
+    windows = [turn.audio[: first + after] for turn in turns for first, _ in turn.pauses]
+    windows += [turn.audio[: turn.speech_end + after] for turn in turns if turn.true_end]
+    times: dict[str, list[float]] = {name: [] for name in graphs}
+    for model in graphs.values():
+        model.score(windows[0])  # ORT's first run allocates
+    for _ in range(rounds):
+        for window in windows:
+            for name, model in graphs.items():
+                times[name].append(model.score(window).compute_ms)
+    shipped, fast = (float(np.median(times[name])) for name in graphs)
+    return {
+        "turn_end.smart_turn_ms.p50.shipped": round(shipped, 1),
+        "turn_end.smart_turn_ms.p50.float_softmax": round(fast, 1),
+        "turn_end.smart_turn_shipped_over_float_softmax": round(shipped / fast, 2),
+    }
 
 
 def table(results: dict[str, float]) -> str:
@@ -261,6 +290,12 @@ def table(results: dict[str, float]) -> str:
     lines.append(
         f"decision cost p50 {results['turn_end.decision_ms.p50']:.1f} ms, "
         f"p95 {results['turn_end.decision_ms.p95']:.1f} ms (Smart Turn + fusion, in the ASR)"
+    )
+    lines.append(
+        f"Smart Turn alone, p50: shipped int8 graph "
+        f"{results['turn_end.smart_turn_ms.p50.shipped']:.1f} ms, float softmax "
+        f"{results['turn_end.smart_turn_ms.p50.float_softmax']:.1f} ms "
+        f"({results['turn_end.smart_turn_shipped_over_float_softmax']:.2f}x)"
     )
     return "\n".join(lines)
 
