@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from voxrelay.ipc.records import RecordKind, padded
-from voxrelay.ipc.ring import _PRODUCER_BEAT, Consumer, Producer, create_ring
+from voxrelay.ipc.ring import Consumer, Producer, create_ring
+from voxrelay.ipc.segment import PRODUCER_BEAT
 
 SINK = Path(__file__).with_name("ring_sink.py")
 RECORD = padded(32 + 600)  # a 600-byte payload's share of the ring
@@ -195,12 +196,12 @@ def test_a_control_word_is_never_read_half_written():
     words = consumer._words
     try:
         start = time.monotonic()
-        while words[_PRODUCER_BEAT] != after and time.monotonic() - start < 30:
+        while words[PRODUCER_BEAT] != after and time.monotonic() - start < 30:
             time.sleep(0.001)
         seen: set[int] = set()
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
-            seen.update(words[_PRODUCER_BEAT] for _ in range(1000))
+            seen.update(words[PRODUCER_BEAT] for _ in range(1000))
         assert writer.wait(30) == 0
     finally:
         writer.kill()
