@@ -27,7 +27,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.tokenizer import Tokenizer
 
 from voxrelay.asr.config import ASRConfig
-from voxrelay.asr.textdecoder import TextDecoder, load_text_decoder
+from voxrelay.asr.textdecoder import Marks, TextDecoder, load_text_decoder
 from voxrelay.asr.threads import PLACEMENT
 
 SAMPLE_RATE = 16_000
@@ -68,6 +68,9 @@ class Transcript:
     decode_ms: float
     encoder_frames: int
     retried_full: bool  # the shortened context looped and the full window was used
+    # Whisper's own P(the sentence closes after the last word) (asr/textdecoder.py);
+    # None from CTranslate2's decoder.
+    closing_prob: float | None = None
 
 
 def _compression_ratio(text: str) -> float:
@@ -137,6 +140,9 @@ class WhisperDecoder:
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
         self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        self._marks = Marks(
+            self._mark_ids(".", "?", "!"), self._mark_ids(",", "...", " ...", "-", " -", ";")
+        )
         self._text_decoder: TextDecoder | None = None
         if config.text_decoder == "native":
             from voxrelay.pipeline.models import asset_path
@@ -157,27 +163,33 @@ class WhisperDecoder:
         seconds = audio.size / SAMPLE_RATE
         max_tokens = min(MAX_TOKENS, MIN_TOKENS + int(TOKENS_PER_S * seconds))
         draft = self._tokenizer.encode(" " + guess) if guess and self._text_decoder else []
-        text, hit_budget = self._run(audio, frames, max_tokens, draft)
+        text, hit_budget, closing = self._run(audio, frames, max_tokens, draft)
         retried = False
         looped = frames < FULL_FRAMES and _looped(text, hit_budget)
         if looped:
             retry_tokens = min(MAX_TOKENS, RETRY_MIN_TOKENS + int(RETRY_TOKENS_PER_S * seconds))
             longer = int(frames * RETRY_WINDOW_SCALE)
             if longer < FULL_FRAMES:
-                text, hit_budget = self._run(audio, longer, retry_tokens, [])
+                text, hit_budget, closing = self._run(audio, longer, retry_tokens, [])
                 frames, looped = longer, _looped(text, hit_budget)
         if looped:
-            text, _ = self._run(audio, FULL_FRAMES, retry_tokens, [])
+            text, _, closing = self._run(audio, FULL_FRAMES, retry_tokens, [])
             frames, retried = FULL_FRAMES, True
         # Even the full window can stick on a short utterance's last word; the copies
         # are never speech worth passing on.
         text = _collapse_stuck(text)
         decode_ms = (time.perf_counter() - started) * 1000
-        return Transcript(text.strip(), decode_ms, frames, retried)
+        return Transcript(text.strip(), decode_ms, frames, retried, closing if text else None)
+
+    def _mark_ids(self, *marks: str) -> tuple[int, ...]:
+        """The single-token ids of `marks` in Whisper's vocabulary."""
+        ids = (self._tokenizer.encode(mark) for mark in marks)
+        return tuple(sorted({only for only, *rest in ids if not rest}))
 
     def _run(
         self, audio: np.ndarray, frames: int, max_tokens: int, draft: list[int]
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, float | None]:
+        """(text, whether the token budget was hit, Whisper's closing probability)."""
         padded = np.zeros(frames * HOP_SAMPLES, np.float32)
         padded[: audio.size] = audio
         # (80, frames): log-mel over the audio and its silence padding, as Whisper was trained.
@@ -199,11 +211,11 @@ class WhisperDecoder:
         )[0]
         tokens = result.sequences_ids[0]
         sum_logprob = result.scores[0] * len(tokens)  # the score is length-normalised
-        return self._judge(tokens, sum_logprob, result.no_speech_prob, max_tokens)
+        return (*self._judge(tokens, sum_logprob, result.no_speech_prob, max_tokens), None)
 
     def _run_native(
         self, features: ctranslate2.StorageView, max_tokens: int, draft: list[int]
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, float | None]:
         assert self._text_decoder is not None
         text_decoder = self._text_decoder
         encoded = PLACEMENT.observe(
@@ -219,9 +231,13 @@ class WhisperDecoder:
                 max_tokens,
                 self._tokenizer.eot,
                 self._tokenizer.no_speech,
+                self._marks,
             ),
         )
-        return self._judge(result.tokens, result.sum_logprob, result.no_speech_prob, max_tokens)
+        text, hit_budget = self._judge(
+            result.tokens, result.sum_logprob, result.no_speech_prob, max_tokens
+        )
+        return text, hit_budget, result.closing_prob
 
     def _judge(
         self, tokens: list[int], sum_logprob: float, no_speech_prob: float, max_tokens: int

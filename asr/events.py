@@ -57,6 +57,7 @@ class EndScored:
     utterance_id: int
     audio_prob: float | None  # Smart Turn
     text_prob: float | None  # the LLM's P(<|im_end|>); None when it did not come in time
+    closing_prob: float | None  # Whisper's P(the sentence closes); None: CTranslate2 decoded
     end_prob: float  # the fused probability
     wait_ms: int
     decision_ms: float  # CPU time of the decision in this process (Smart Turn + fusion)

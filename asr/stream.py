@@ -68,6 +68,7 @@ class _PendingEnd:
     the silence reaches `deadline_ms` without it."""
 
     text: str
+    closing_prob: float | None  # Whisper's, from the decode of `text`
     deadline_ms: float
     scored: bool = False
     audio_prob: float | None = None
@@ -270,7 +271,7 @@ class ASRStream:
         ]
         if self.config.learns_end:
             deadline = self._endpointer.silence_ms + self.config.text_hint_wait_ms
-            utterance.pending = _PendingEnd(transcript.text, deadline)
+            utterance.pending = _PendingEnd(transcript.text, transcript.closing_prob, deadline)
             self._endpointer.extend(self.config.turn_fallback_ms)
         return events
 
@@ -310,7 +311,8 @@ class ASRStream:
         utterance.pending = None
         started = time.perf_counter_ns()
         end_prob = end_probability(
-            TurnSignals(pending.text, pending.audio_prob, text_prob), self._weights
+            TurnSignals(pending.text, pending.audio_prob, text_prob, pending.closing_prob),
+            self._weights,
         )
         if text_prob is None and self._weights.text:
             # The LLM's probability did not come in time (a remote backend sends none):
@@ -320,7 +322,13 @@ class ASRStream:
             wait = wait_ms(end_prob, self.config.eagerness, self.config.turn_fallback_ms)
         decision_ms = (pending.decision_ns + time.perf_counter_ns() - started) / 1e6
         scored = EndScored(
-            utterance.utterance_id, pending.audio_prob, text_prob, end_prob, wait, decision_ms
+            utterance.utterance_id,
+            pending.audio_prob,
+            text_prob,
+            pending.closing_prob,
+            end_prob,
+            wait,
+            decision_ms,
         )
         if wait > self._endpointer.silence_ms:
             self._endpointer.extend(wait)

@@ -16,6 +16,13 @@ vocabulary projection alone took 13 ms a step). Kernels per shape, chosen by mea
 (docs/asr.md): `_weight_int8pack_mm` (bfloat16 activations) for single-token steps,
 fbgemm's dynamic int8 GEMM for the batched pass and the vocabulary projection, float32
 for the cross-attention keys/values of the encoder frames (int8 there cost accuracy).
+
+Each decode also reports where Whisper would take the sentence after its last word
+(`TextDecode.closing_prob`): the share of a closing mark or the end of text against a
+trailing one (",", "...", "-"), read from the logits of the step that ended the word, so
+at no extra cost. Whisper hears the voice: a falling, finished phrase gets ".", a breath
+mid-sentence ",". It tells a turn's end from a mid-turn pause better than the words
+alone (docs/asr.md, "Session 17").
 """
 
 from __future__ import annotations
@@ -208,11 +215,28 @@ def _continuation(tokens: list[int], draft: list[int], floor: int) -> tuple[list
 
 
 @dataclass(frozen=True, slots=True)
+class Marks:
+    """Token ids of the marks that close a sentence and of those that trail on."""
+
+    closing: tuple[int, ...]  # ".", "?", "!"
+    trailing: tuple[int, ...]  # ",", "...", "-", ";"
+
+
+@dataclass(frozen=True, slots=True)
 class TextDecode:
     tokens: list[int]  # without EOT
     accepted: int  # tokens the draft guessed right (each saved a decoder step)
     sum_logprob: float  # over the generated tokens and the EOT
     no_speech_prob: float  # at the start-of-transcript position
+    # After the last word: P(closing mark or EOT) / P(closing, trailing mark or EOT);
+    # None without marks, or when the decode stopped at its budget.
+    closing_prob: float | None = None
+
+
+def _closing_share(logprobs: torch.Tensor, marks: Marks, eot: int) -> float:
+    closing = float(logprobs[[*marks.closing, eot]].exp().sum())
+    trailing = float(logprobs[list(marks.trailing)].exp().sum())
+    return closing / max(closing + trailing, 1e-12)
 
 
 class TextDecoder:
@@ -284,6 +308,7 @@ class TextDecoder:
         max_tokens: int,
         eot: int,
         no_speech: int,
+        marks: Marks | None = None,
     ) -> TextDecode:
         """Greedy text for `encoded` (frames, d) after `prompt`, at most `max_tokens` in all
         (prompt included), stopping at `eot`. `draft` is a guess at the text (the last
@@ -293,7 +318,8 @@ class TextDecoder:
         often still holds) and the continuation checked in one pass from there. Each right
         token saves a decoder step; the text is the greedy one whatever the guess, but for
         int8 rounding: the rows of one pass share their activation scales (fbgemm
-        quantizes per call), so a near-tie between two tokens can fall the other way."""
+        quantizes per call), so a near-tie between two tokens can fall the other way.
+        With `marks`, the result carries `closing_prob` (see the module docstring)."""
         assert len(prompt) < max_tokens <= MAX_POSITIONS, (prompt, max_tokens)
         room = max_tokens - len(prompt)
         with self._lock:
@@ -309,6 +335,8 @@ class TextDecoder:
             tokens: list[int] = []
             sum_logprob, accepted = 0.0, 0
             floor = 0  # draft position after the last token guessed right
+            ends = frozenset([eot, *marks.closing, *marks.trailing]) if marks else frozenset()
+            closing_prob: float | None = None
             while True:
                 if not rows:  # guess again from the draft, checked in one pass
                     guess, floor = _continuation(tokens, draft, floor)
@@ -320,6 +348,8 @@ class TextDecoder:
                 logprobs = row.log_softmax(-1)
                 token = int(logprobs.argmax())
                 sum_logprob += float(logprobs[token])
+                if marks and token in ends and (not tokens or tokens[-1] not in ends):
+                    closing_prob = _closing_share(logprobs, marks, eot)  # a word just ended
                 if token == eot:
                     break
                 if rows and token == guess[0]:
@@ -328,8 +358,9 @@ class TextDecoder:
                     rows.clear()  # rows after a wrong guess saw the wrong text
                 tokens.append(token)
                 if len(tokens) >= room:
+                    closing_prob = None  # cut off at the budget: no last word to read
                     break
-        return TextDecode(tokens, accepted, sum_logprob, no_speech_prob)
+        return TextDecode(tokens, accepted, sum_logprob, no_speech_prob, closing_prob)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], self._heads, -1).transpose(0, 1)  # (T, d) -> (H, T, D)

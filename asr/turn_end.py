@@ -1,4 +1,4 @@
-"""Does a pause end the turn? Three signals, read as the pause begins.
+"""Does a pause end the turn? Four signals, read as the pause begins.
 
 1. The words' rules (`unfinished`): Whisper's own transcript of the speech so far ends
    in a word an English turn does not end on, or in a mark of a trailing-off voice.
@@ -10,6 +10,9 @@
    Whisper closes nearly every decode that stops at a pause with a period, so the mark
    says little, and without it the model's probability separates cut-off words from
    whole ones better (docs/asr.md, "Learned end of turn"). A question keeps its "?".
+4. Whisper's own P(the sentence closes) after the last word it wrote: a closing mark or
+   the end of text against a trailing mark, from the decode that made the transcript
+   (asr/textdecoder.py; no extra cost). Whisper hears the voice fall or hang.
 
 `end_probability` fuses them with a logistic model (WEIGHTS, fitted by
 `python -m bench.turn_end --fit` on the natural-pause and splice sets); `wait_ms` turns
@@ -128,16 +131,19 @@ class Weights:
 
     audio: float  # x logit(Smart Turn probability)
     text: float  # x logit of the LLM's P(end of turn) (its head's, or P(<|im_end|>))
+    closing: float  # x logit of Whisper's P(the sentence closes after the last word)
     unfinished: float  # the words' rule fired (only a pause decided after the fallback)
-    trailing: float  # the transcript ends in ",", "...", "-"
     question: float  # the transcript ends in "?" or "!"
     bias: float
 
 
-# `python -m bench.turn_end --fit` prints these (class-balanced, L2 0.3; session 13: 252
-# pauses, 122 of them true ends).
-WEIGHTS = Weights(audio=0.1, text=0.24, unfinished=-1.48, trailing=-1.37, question=-0.85,
-                  bias=3.16)  # fmt: skip
+# `python -m bench.turn_end --fit` prints these (class-balanced, L2 0.3; session 17: 281
+# pauses of the three sets, 146 of them true ends). With Whisper's closing probability
+# in, Smart Turn's weight fell from 0.1 to 0.01: on these sets what it hears, Whisper
+# hears better (docs/asr.md, "Session 17"). A transcript ending in a trailing mark is no
+# feature of its own any more: the words' rule always holds it (1 pause in 281).
+WEIGHTS = Weights(audio=0.01, text=0.19, closing=0.67, unfinished=-1.91, question=-1.54,
+                  bias=0.77)  # fmt: skip
 # A signal that did not come (no LLM probe from a remote backend, no audio model):
 # its feature takes this value, the median of the fitted sets.
 TEXT_LOGIT_PRIOR = 0.0
@@ -151,27 +157,29 @@ class TurnSignals:
     text: str  # Whisper's transcript of the speech before the pause
     audio_prob: float | None  # Smart Turn
     text_prob: float | None  # the LLM's P(<|im_end|>)
+    closing_prob: float | None = None  # Whisper's P(the sentence closes after the last word)
 
     def features(self) -> tuple[float, float, float, float, float]:
         audio = 0.0 if self.audio_prob is None else _logit(self.audio_prob)
         text = TEXT_LOGIT_PRIOR if self.text_prob is None else _logit(self.text_prob, TEXT_CLIP)
+        closing = 0.0 if self.closing_prob is None else _logit(self.closing_prob)
         stripped = self.text.strip()
         return (
             audio,
             text,
+            closing,
             float(unfinished(self.text)),
-            float(stripped.endswith(_TRAILING)),
             float(stripped.endswith(("?", "!"))),
         )
 
 
 def end_probability(signals: TurnSignals, weights: Weights = WEIGHTS) -> float:
-    audio, text, held, trailing, question = signals.features()
+    audio, text, closing, held, question = signals.features()
     z = (
         weights.audio * audio
         + weights.text * text
+        + weights.closing * closing
         + weights.unfinished * held
-        + weights.trailing * trailing
         + weights.question * question
         + weights.bias
     )

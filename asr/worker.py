@@ -224,6 +224,7 @@ class ASRHandler(TableHandler):
         score = END_SCORE.pack(
             nan if event.audio_prob is None else event.audio_prob,
             nan if event.text_prob is None else event.text_prob,
+            nan if event.closing_prob is None else event.closing_prob,
             event.end_prob,
             event.decision_ms,
         )

@@ -355,7 +355,11 @@ def scored_pauses() -> list[ScoredPause]:
                 text, speech_end_ns = event.text, event.speech_end_ns
             elif isinstance(event, EndScored):
                 found.append(
-                    (TurnSignals(text, event.audio_prob, event.text_prob), speech_end_ns, at)
+                    (
+                        TurnSignals(text, event.audio_prob, event.text_prob, event.closing_prob),
+                        speech_end_ns,
+                        at,
+                    )
                 )
             elif isinstance(event, Resume) and found:
                 resumed.setdefault(len(found) - 1, at)
@@ -413,8 +417,8 @@ def replay(
 
 
 def _replay_report(pauses: list[ScoredPause]) -> str:
-    lines = [f"{'pause':28} {'end':>3} {'text P':>8} {'audio P':>7} {'fused':>5} "
-             f"{'decided':>7} {'resumed':>7}  text"]  # fmt: skip
+    lines = [f"{'pause':28} {'end':>3} {'text P':>8} {'audio P':>7} {'close P':>7} "
+             f"{'fused':>5} {'decided':>7} {'resumed':>7}  text"]  # fmt: skip
     for pause in pauses:
         if pause.set_name != "natural":
             continue
@@ -422,8 +426,8 @@ def _replay_report(pauses: list[ScoredPause]) -> str:
         lines.append(
             f"{pause.turn:28} {'yes' if pause.is_end else '':>3} "
             f"{signals.text_prob or 0:>8.1e} {signals.audio_prob or 0:>7.2f} "
-            f"{end_probability(signals):>5.2f} {pause.decided_ms:>7.0f} "
-            f"{pause.resumed_ms or 0:>7.0f}  {signals.text[-50:]}"
+            f"{signals.closing_prob or 0:>7.2f} {end_probability(signals):>5.2f} "
+            f"{pause.decided_ms:>7.0f} {pause.resumed_ms or 0:>7.0f}  {signals.text[-50:]}"
         )
     for eagerness in EAGERNESS:
         by_set = replay(pauses, eagerness)

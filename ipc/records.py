@@ -110,8 +110,9 @@ CONTROL_BODY = struct.Struct("<II")  # ControlOp, argument
 STAMP_BODY = struct.Struct("<Hq")  # Stamp, value
 TEXT_PAIR = struct.Struct("<I")  # byte length of the first string; the second follows
 TURN_HINT = struct.Struct("<d")  # P(end of turn)
-# audio P, text P (NaN: none), fused P, decision CPU ms (a learned end of turn's pause)
-END_SCORE = struct.Struct("<dddd")
+# audio P, text P, Whisper's closing P (NaN: none), fused P, decision CPU ms (a learned
+# end of turn's pause)
+END_SCORE = struct.Struct("<ddddd")
 PROB_SCALE = 1_000_000_000_000  # a probability in a stamp's integer value, to 1e-12
 
 

@@ -328,12 +328,13 @@ class Session:
             trace.end_holds += 1
             self.sink.on_text(record.turn_id, "speech.held", "")
         elif stamp == Stamp.END_SCORED:
-            audio, text_prob, end_prob, decision_ms = END_SCORE.unpack_from(
+            audio, text_prob, closing, end_prob, decision_ms = END_SCORE.unpack_from(
                 record.payload, STAMP_BODY.size
             )
             trace.end_scores += 1
             trace.end_audio_prob = None if math.isnan(audio) else audio
             trace.end_text_prob = None if math.isnan(text_prob) else text_prob
+            trace.end_closing_prob = None if math.isnan(closing) else closing
             trace.end_prob, trace.end_wait_ms, trace.end_decision_ms = end_prob, value, decision_ms
         elif stamp in _SPECULATIVE_STAMPS:
             # One per attempt at the reply: the next attempt's replaces a retracted one's,

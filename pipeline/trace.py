@@ -95,6 +95,7 @@ class TurnTrace:
     end_prob: float | None = None
     end_audio_prob: float | None = None
     end_text_prob: float | None = None
+    end_closing_prob: float | None = None  # Whisper's P(the sentence closes), asr/textdecoder.py
     end_wait_ms: int | None = None
     end_decision_ms: float | None = None
     asr_model: str = ""
@@ -151,6 +152,7 @@ class TurnTrace:
         row["end_prob"] = _rounded(self.end_prob, 4)
         row["end_audio_prob"] = _rounded(self.end_audio_prob, 4)
         row["end_text_prob"] = self.end_text_prob
+        row["end_closing_prob"] = _rounded(self.end_closing_prob, 4)
         row["end_wait_ms"] = self.end_wait_ms
         row["end_decision_ms"] = _rounded(self.end_decision_ms, 2)
         row["error"] = self.error or None

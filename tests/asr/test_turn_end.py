@@ -84,6 +84,9 @@ def test_each_signal_moves_the_end_probability_its_way() -> None:
     assert end_probability(TurnSignals(base.text, 0.5, 0.5)) > end_probability(base)
     assert end_probability(TurnSignals("Go forward ten, a", 0.5, 1e-3)) < end_probability(base)
     assert end_probability(TurnSignals("Go forward ten meters,", 0.5, 1e-3)) < end_probability(base)
+    # Whisper's own P(the sentence closes): a voice that hangs reads as unfinished.
+    closes, hangs = (TurnSignals(base.text, 0.5, 1e-3, prob) for prob in (0.97, 0.3))
+    assert end_probability(closes) > end_probability(base) > end_probability(hangs)
     # A signal that did not come counts as its prior, not as certainty either way.
     missing = end_probability(TurnSignals(base.text, None, None))
     assert end_probability(TurnSignals(base.text, 0.5, 1e-9)) < missing

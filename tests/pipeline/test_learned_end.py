@@ -40,6 +40,8 @@ def test_the_llms_probability_decides_the_pause(clips_dir: Path) -> None:
     assert row["end_scores"] >= 1, row
     assert row["end_text_prob"] is not None, row  # it came from the LLM stage in time
     assert row["end_audio_prob"] is not None and 0 <= row["end_audio_prob"] <= 1
+    # Whisper's own closing probability: "Go forward ten meters." is a whole command.
+    assert row["end_closing_prob"] is not None and row["end_closing_prob"] > 0.5, row
     assert 0 <= row["end_prob"] <= 1 and row["end_decision_ms"] > 0
     assert row["reply_text"] and row["ttfa_ms"] is not None
 
