@@ -11,6 +11,7 @@ AUTO_MODELS = ("base", "tiny.en")
 COMPUTE_TYPES = ("int8", "int8_float32", "float32")
 TEXT_DECODERS = ("native", "ctranslate2")
 TURN_DETECTION = ("learned", "silence")
+TURN_AUDIO_MODELS = ("none", "smart-turn")
 EAGERNESS = ("low", "medium", "high")
 # Whisper's encoder sees at most 30 s; the decoded audio is the utterance plus both pads.
 WHISPER_WINDOW_S = 30.0
@@ -35,10 +36,16 @@ class ASRConfig:
     speculative_silence_ms: int = 150
     end_silence_ms: int = 300
     # How a pause ends the turn (asr/turn_end.py): "learned" scores every pause as it
-    # reaches speculative_silence_ms (the words' rules, Smart Turn on the audio, the LLM's
-    # own P(end of turn)) and ends it at once, after a while, or at the fallback;
-    # "silence" ends every pause after end_silence_ms (the words' rules still hold).
+    # reaches speculative_silence_ms (the words' rules, Whisper's P(the sentence closes),
+    # the LLM's own P(end of turn)) and ends it at once, after a while, or at the
+    # fallback; "silence" ends every pause after end_silence_ms (the words' rules still
+    # hold).
     turn_detection: str = "learned"
+    # A separate audio model in the learned fusion: "none", or "smart-turn" (Smart Turn
+    # v3.2 on the last 8 s, ~40 ms of CPU a pause). Off by default: with Whisper's
+    # closing probability in, the fit gives it no weight and the replayed sets gain
+    # ~10 ms of wait from it (docs/asr.md, "Session 18").
+    turn_audio_model: str = "none"
     # How soon a "learned" pause commits: "high" answers sooner and cuts more speakers
     # off, "low" waits longer (asr/turn_end.py EAGERNESS).
     eagerness: str = "medium"
@@ -109,6 +116,11 @@ class ASRConfig:
             raise ValueError(
                 f"ASRConfig.turn_detection must be one of {TURN_DETECTION}, "
                 f"got {self.turn_detection!r}"
+            )
+        if self.turn_audio_model not in TURN_AUDIO_MODELS:
+            raise ValueError(
+                f"ASRConfig.turn_audio_model must be one of {TURN_AUDIO_MODELS}, "
+                f"got {self.turn_audio_model!r}"
             )
         if self.eagerness not in EAGERNESS:
             raise ValueError(

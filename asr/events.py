@@ -55,12 +55,12 @@ class EndScored:
     once (wait_ms 0) or once the silence reaches wait_ms."""
 
     utterance_id: int
-    audio_prob: float | None  # Smart Turn
+    audio_prob: float | None  # Smart Turn (None unless turn_audio_model = "smart-turn")
     text_prob: float | None  # the LLM's P(<|im_end|>); None when it did not come in time
     closing_prob: float | None  # Whisper's P(the sentence closes); None: CTranslate2 decoded
     end_prob: float  # the fused probability
     wait_ms: int
-    decision_ms: float  # CPU time of the decision in this process (Smart Turn + fusion)
+    decision_ms: float  # CPU time of the decision in this process (Smart Turn if run + fusion)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """What an ASR process loads once and all its streams share: the Whisper model(s), the
-Silero VAD and, for a learned end of turn, Smart Turn."""
+Silero VAD and, for a learned end of turn that asks for it, Smart Turn."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class ASRModels:
 
     whisper: dict[str, WhisperModel]  # by name: the config's one, or both for "auto"
     vad: SileroVADModel
-    turn: SmartTurn | None = None  # loaded when the config learns the end of turn
+    turn: SmartTurn | None = None  # loaded when the config's learned end asks for it
 
 
 def load_asr(config: ASRConfig) -> ASRModels:
@@ -48,7 +48,8 @@ def load_asr(config: ASRConfig) -> ASRModels:
         )
         if config.text_decoder == "native":
             load_text_decoder(str(asset_path(name)))  # cached: streams share it
-    turn = SmartTurn(asset_path("smart-turn") / "model.onnx") if config.learns_end else None
+    wants_turn = config.learns_end and config.turn_audio_model == "smart-turn"
+    turn = SmartTurn(asset_path("smart-turn") / "model.onnx") if wants_turn else None
     return ASRModels(whisper, load_vad_model(), turn)
 
 

@@ -39,12 +39,12 @@ from voxrelay.asr.events import (
 from voxrelay.asr.models import ASRModels
 from voxrelay.asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
 from voxrelay.asr.turn_end import (
-    WEIGHTS,
     TurnSignals,
     Weights,
     end_probability,
     unfinished,
     wait_ms,
+    weights_for,
 )
 from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
@@ -96,7 +96,7 @@ class ASRStream:
         budget: DecodeBudget | None = None,
         before_decode: Callable[[], None] | None = None,
         shared: Callable[[], bool] | None = None,
-        weights: Weights = WEIGHTS,
+        weights: Weights | None = None,
         hold_unfinished: bool = True,
     ) -> None:
         """`models`: from `load_asr` with a config naming the same model(s). `budget`:
@@ -106,7 +106,8 @@ class ASRStream:
         "auto", whether other sessions share the process now (asked as each utterance
         starts; without it the stream is alone). `weights`, `hold_unfinished`: the
         learned end of turn's fusion and whether the words' rule holds a pause (the
-        benchmark's single-signal detectors change them)."""
+        benchmark's single-signal detectors change them); by default the fitted ones for
+        the config's `turn_audio_model`."""
         self.config = config
         missing = [name for name in config.whisper_models if name not in models.whisper]
         if missing:
@@ -134,8 +135,14 @@ class ASRStream:
         self._last_decode_at = 0
         self._last_decode_ms = 0.0
         self._flushed = False
-        self._turn_model = models.turn
-        self._weights = weights
+        wants_turn = config.learns_end and config.turn_audio_model == "smart-turn"
+        if wants_turn and models.turn is None:
+            raise ValueError(
+                "ASRStream: turn_audio_model='smart-turn' but Smart Turn was not loaded; "
+                "load_asr() on a config that asks for it"
+            )
+        self._turn_model = models.turn if wants_turn else None
+        self._weights = weights or weights_for(config.turn_audio_model)
         self._hold_unfinished = hold_unfinished
         self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
             EndpointKind.START: self._on_start,

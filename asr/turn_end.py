@@ -3,7 +3,9 @@
 1. The words' rules (`unfinished`): Whisper's own transcript of the speech so far ends
    in a word an English turn does not end on, or in a mark of a trailing-off voice.
    Such a pause waits for `turn_fallback_ms` (no reply is started for those words).
-2. The audio: Smart Turn v3.2's P(end of turn) on the last 8 s (asr/turn_model.py).
+2. The audio, when `turn_audio_model = "smart-turn"`: Smart Turn v3.2's P(end of turn)
+   on the last 8 s (asr/turn_model.py). Not run by default: with signal 4 in, its fitted
+   weight is 0.00-0.01 on these sets (docs/asr.md, "Session 18").
 3. The LLM's own P(<|im_end|>) after the user's words, read from the prefill that
    starts the speculative reply (llm/runner.py probes; no extra forward pass). The
    reply's prompt carries the words without Whisper's closing period (`probe_text`):
@@ -142,8 +144,20 @@ class Weights:
 # in, Smart Turn's weight fell from 0.1 to 0.01: on these sets what it hears, Whisper
 # hears better (docs/asr.md, "Session 17"). A transcript ending in a trailing mark is no
 # feature of its own any more: the words' rule always holds it (1 pause in 281).
-WEIGHTS = Weights(audio=0.01, text=0.19, closing=0.67, unfinished=-1.91, question=-1.54,
+WEIGHTS_SMART_TURN = Weights(audio=0.01, text=0.19, closing=0.67, unfinished=-1.91,
+                             question=-1.54, bias=0.77)  # fmt: skip
+# The default fusion, without Smart Turn: the same fit with its term dropped (a refit
+# without it in session 18 gave audio 0.00 and the other weights within 0.12; replayed,
+# these are the better of the two on the natural set: docs/asr.md, "Session 18").
+WEIGHTS = Weights(audio=0.0, text=0.19, closing=0.67, unfinished=-1.91, question=-1.54,
                   bias=0.77)  # fmt: skip
+
+
+def weights_for(turn_audio_model: str) -> Weights:
+    """The fitted fusion for an ASRConfig.turn_audio_model."""
+    return WEIGHTS_SMART_TURN if turn_audio_model == "smart-turn" else WEIGHTS
+
+
 # A signal that did not come (no LLM probe from a remote backend, no audio model):
 # its feature takes this value, the median of the fitted sets.
 TEXT_LOGIT_PRIOR = 0.0

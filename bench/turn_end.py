@@ -15,7 +15,8 @@ at real-time pace, followed by 3 s of silence:
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
-alone through the same eagerness policy), and `learned` (the default fusion). The LLM's
+alone through the same eagerness policy), and `learned` (the default fusion, which does
+not run Smart Turn: `turn_audio_model = "none"`). The LLM's
 probability comes from the native engine in this process, through the same probe the
 LLM stage runs, and reaches the stream HINT_DELAY_MS after the SpeculativeEnd (the
 stage's measured first-token time, `e2e.llm_ttft_ms`).
@@ -71,11 +72,12 @@ SEED = 7
 SEARCH = SAMPLE_RATE // 10
 FRAME = SAMPLE_RATE // 50
 BASE = ASRConfig(model="base", partial_interval_ms=0)
+SMART_TURN = replace(BASE, turn_audio_model="smart-turn")
 # (config, fusion weights, whether the words' rule holds a pause)
 DETECTORS: dict[str, tuple[ASRConfig, Weights, bool]] = {
     "vad": (replace(BASE, turn_detection="silence", turn_fallback_ms=0), WEIGHTS, False),
     "rules": (replace(BASE, turn_detection="silence"), WEIGHTS, True),
-    "smart_turn": (BASE, Weights(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), False),
+    "smart_turn": (SMART_TURN, Weights(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), False),
     "learned": (BASE, WEIGHTS, True),
 }
 
@@ -217,7 +219,7 @@ def evaluate(
 
 
 def run() -> dict[str, float]:
-    models = load_asr(ASRConfig(model="auto"))
+    models = load_asr(ASRConfig(model="auto", turn_audio_model="smart-turn"))
     natural = natural_turns(asset_path("naturalclips"), asset_path("testclips"), models.vad)
     sets = {
         "natural": natural,
@@ -289,7 +291,7 @@ def table(results: dict[str, float]) -> str:
         )
     lines.append(
         f"decision cost p50 {results['turn_end.decision_ms.p50']:.1f} ms, "
-        f"p95 {results['turn_end.decision_ms.p95']:.1f} ms (Smart Turn + fusion, in the ASR)"
+        f"p95 {results['turn_end.decision_ms.p95']:.1f} ms (the fusion, in the ASR)"
     )
     lines.append(
         f"Smart Turn alone, p50: shipped int8 graph "
@@ -336,14 +338,14 @@ def scored_pauses() -> list[ScoredPause]:
     before the speaker resumes (the decision always waits, the words' rule does not
     hold), so no cut changes what the next pause hears. The last pause of a turn
     without a true end is left out."""
-    models = load_asr(ASRConfig(model="auto"))
+    models = load_asr(ASRConfig(model="auto", turn_audio_model="smart-turn"))
     natural = natural_turns(asset_path("naturalclips"), asset_path("testclips"), models.vad)
     sets = [("natural", turn) for turn in natural]
     sets += [("splice", turn) for turn in splice_turns(models.whisper["base"], models)]
     sets += [("requests", turn) for turn in request_turns(models.vad)]
     probe = text_prober()
     never = Weights(0.0, 0.0, 0.0, 0.0, 0.0, -50.0)
-    config = replace(BASE, turn_detection="learned", turn_fallback_ms=10_000)
+    config = replace(SMART_TURN, turn_detection="learned", turn_fallback_ms=10_000)
     pauses: list[ScoredPause] = []
     for set_name, turn in sets:
         stream = ASRStream(config, models, weights=never, hold_unfinished=False)
@@ -376,10 +378,13 @@ def scored_pauses() -> list[ScoredPause]:
     return pauses
 
 
-def fit(pauses: list[ScoredPause]) -> Weights:
-    """Refit the fusion on every scored pause (class-balanced, L2 0.3). A pause is an end
-    when it is a true end (the last of a turn that has one)."""
+def fit(pauses: list[ScoredPause], audio: bool = True) -> Weights:
+    """Refit the fusion on every scored pause (class-balanced, L2 0.3); `audio`: with
+    Smart Turn's term (else its weight is 0). A pause is an end when it is a true end
+    (the last of a turn that has one)."""
     features = np.array([[*pause.signals.features(), 1.0] for pause in pauses])
+    if not audio:
+        features[:, 0] = 0.0
     labels = np.array([float(pause.is_end) for pause in pauses])
     weights = fit_logistic(features, labels, 0.3 * np.eye(features.shape[1]), steps=100)
     print(f"{len(pauses)} pauses, {int(labels.sum())} true ends")
@@ -442,7 +447,9 @@ def _replay_report(pauses: list[ScoredPause]) -> str:
 
 if __name__ == "__main__":
     if "--fit" in sys.argv:
-        print(fit(scored_pauses()))
+        scored = scored_pauses()
+        print("with Smart Turn (WEIGHTS_SMART_TURN):", fit(scored))
+        print("without (WEIGHTS):", fit(scored, audio=False))
     elif "--replay" in sys.argv:
         print(_replay_report(scored_pauses()))
     else:

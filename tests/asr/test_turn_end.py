@@ -10,6 +10,7 @@ from voxrelay.asr.turn_end import (
     probe_text,
     unfinished,
     wait_ms,
+    weights_for,
 )
 
 
@@ -107,3 +108,25 @@ def test_higher_eagerness_never_waits_longer() -> None:
     for prob in (x / 50 for x in range(51)):
         low, medium, high = (wait_ms(prob, e, 2500) for e in ("low", "medium", "high"))
         assert low >= medium >= high, prob
+
+
+def test_smart_turn_moves_only_the_fusion_that_runs_it() -> None:
+    """The default fusion gives Smart Turn no weight (it is not run); the "smart-turn"
+    fusion reads it, the way its fit found."""
+    sure, unsure = (TurnSignals("Go forward ten meters.", prob, 1e-3, 0.9) for prob in (0.99, 0.01))
+    default, with_audio = weights_for("none"), weights_for("smart-turn")
+    assert end_probability(sure, default) == end_probability(unsure, default)
+    assert end_probability(sure, with_audio) > end_probability(unsure, with_audio)
+
+
+def test_a_stream_that_asks_for_smart_turn_needs_it_loaded(models) -> None:
+    from dataclasses import replace
+
+    from voxrelay.asr.config import ASRConfig
+    from voxrelay.asr.stream import ASRStream
+
+    with pytest.raises(ValueError, match="turn_audio_model"):
+        ASRConfig(turn_audio_model="silero")
+    assert models.turn is None  # the default config does not load it
+    with pytest.raises(ValueError, match="Smart Turn was not loaded"):
+        ASRStream(replace(ASRConfig(), turn_audio_model="smart-turn"), models)

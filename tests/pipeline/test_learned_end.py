@@ -34,12 +34,17 @@ def _run(clips: list[Clip], asr: dict[str, object] | None = None) -> list[list[d
     return asyncio.run(scenario())
 
 
-def test_the_llms_probability_decides_the_pause(clips_dir: Path) -> None:
-    (rows,) = _run([_clip(trim(read_clip(clips_dir / "goforward.raw")))])
+@pytest.mark.parametrize("audio_model", ["none", "smart-turn"])
+def test_the_llms_probability_decides_the_pause(clips_dir: Path, audio_model: str) -> None:
+    asr = {"turn_audio_model": audio_model}
+    (rows,) = _run([_clip(trim(read_clip(clips_dir / "goforward.raw")))], asr)
     (row,) = rows
     assert row["end_scores"] >= 1, row
     assert row["end_text_prob"] is not None, row  # it came from the LLM stage in time
-    assert row["end_audio_prob"] is not None and 0 <= row["end_audio_prob"] <= 1
+    if audio_model == "smart-turn":  # Smart Turn ran in the ASR process and was traced
+        assert row["end_audio_prob"] is not None and 0 <= row["end_audio_prob"] <= 1
+    else:
+        assert row["end_audio_prob"] is None, row
     # Whisper's own closing probability: "Go forward ten meters." is a whole command.
     assert row["end_closing_prob"] is not None and row["end_closing_prob"] > 0.5, row
     assert 0 <= row["end_prob"] <= 1 and row["end_decision_ms"] > 0
