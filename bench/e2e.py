@@ -15,6 +15,7 @@ turns once each (how many stay whole, the TTFA at their true ends).
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Any
 
@@ -200,6 +201,13 @@ def run() -> dict[str, float]:
     results["e2e.natural.turns"] = float(len(natural))
     whole = sum(len(rows) == 1 for rows in natural)
     results["e2e.natural.whole_pct"] = round(100 * whole / max(len(natural), 1), 1)
+    for rows in natural:  # which turns split, and how each part ended (stdout only)
+        if len(rows) > 1:
+            parts = [
+                f"{r['transcript']!r} (end P {r.get('end_prob')}, endpoint {r.get('endpoint_ms')})"
+                for r in rows
+            ]
+            print("natural turn split:", " | ".join(parts), file=sys.stderr)
     ends = [rows[-1]["ttfa_ms"] for rows in natural if rows and rows[-1].get("ttfa_ms")]
     results["e2e.ttfa_ms.p50.natural"] = (
         round(float(np.percentile(ends, 50)), 1) if ends else float("nan")
