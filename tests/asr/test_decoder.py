@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.asr.clipdata import read_clip, silence, trim
 from tests.asr.natural import natural_turns
@@ -52,10 +53,15 @@ def test_a_loop_is_retried_in_a_longer_window_before_the_full_one(clips: Path, m
     decoder = WhisperDecoder(models.whisper["base"], ASRConfig(model="base"))
     audio = np.concatenate([trim(read_clip(clips / "numbers.raw")), silence(1.0)])[:47_680]
     looped, hit_budget, _ = decoder._run(audio, 800, 32, [])
-    assert hit_budget and _stuck_run(looped.split()) is not None, looped  # still the case
     transcript = decoder.decode(audio)
     assert transcript.text.rstrip(".") == "33-4692", transcript
-    assert transcript.encoder_frames == 1200 and not transcript.retried_full
+    assert not transcript.retried_full
+    if not hit_budget and _stuck_run(looped.split()) is None:
+        # The loop depends on the CPU's kernels: on an AVX-512 Xeon the 8 s window reads
+        # the number right (seen in session 19), on the EPYC boxes it loops.
+        assert transcript.encoder_frames == 800
+        pytest.skip(f"base reads the number right in 8 s on this CPU ({looped!r})")
+    assert transcript.encoder_frames == 1200
 
 
 def test_whisper_hears_a_turn_close_where_the_speaker_ends_not_where_they_pause(
@@ -70,6 +76,10 @@ def test_whisper_hears_a_turn_close_where_the_speaker_ends_not_where_they_pause(
     for turn in natural_turns(natural_dir, clips, models.vad):
         for first, _ in turn.pauses:
             transcript = decoder.decode(turn.audio[:first])
+            if not transcript.text:
+                # Nothing written, nothing to close: the stream sends no SpeculativeEnd then.
+                assert transcript.closing_prob is None
+                continue
             assert transcript.closing_prob is not None and 0 < transcript.closing_prob < 1
             mids.append(transcript.closing_prob)
         if turn.true_end:
