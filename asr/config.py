@@ -54,11 +54,14 @@ class ASRConfig:
     # 0 or not above end_silence_ms, and when speculative_silence_ms is not below
     # end_silence_ms (no transcript to read in time).
     turn_fallback_ms: int = 2500
-    # The LLM's P(end of turn) is awaited this long after the SpeculativeEnd (it comes
-    # with the reply's first token, ~40 ms on an idle 2-core box, later under load); past
-    # it the pause ends as the silence rule ends it. A remote backend says at once that
-    # none will come.
-    text_hint_wait_ms: int = 500
+    # The LLM's P(end of turn) is awaited this much more silence after the SpeculativeEnd
+    # (it comes with the reply's first token: ~40-90 ms from the native engine here, ~230
+    # ms from `llm-serve` over HTTP beside the stages); past it the pause ends as the
+    # silence rule ends it. The silence is counted as the VAD reads it, and it reads the
+    # audio that piled up during the SpeculativeEnd's decode (~250 ms) at once: 500 ms
+    # left a remote probe ~250 ms, too little (docs/llm.md). A backend that has no
+    # probability to give says so at once, so this wait is only ever a slow LLM's.
+    text_hint_wait_ms: int = 1000
     # 0 disables partial transcripts (offline transcription does not need them).
     partial_interval_ms: int = 600
     max_utterance_s: float = 20.0

@@ -9,6 +9,8 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DECODE_DTYPES = ("auto", "gguf", "same", "float32", "bfloat16", "float16")
 BACKENDS = ("native", "openai", "vllm")
+# The most top log-probabilities a request may ask for (OpenAI's and vLLM's default cap).
+MAX_TOP_LOGPROBS = 20
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences."
 )
@@ -21,6 +23,9 @@ class OpenAIBackendConfig:
     The API key is read from the environment variable named here, never from config
     files. `warm_prefix`: send each stable partial prompt as a prefill-only request
     (max_tokens=1) so the server's prefix cache holds it when the turn ends.
+    `probe_logprobs`: at each pause, ask the server for the top this-many log-probabilities
+    of the token after the user's words, for the model's P(<|im_end|>), the end-of-turn
+    signal (llm/async_backend.py); 0: do not (a server without `logprobs`).
     """
 
     base_url: str = "http://127.0.0.1:8000/v1"
@@ -28,6 +33,7 @@ class OpenAIBackendConfig:
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = 30.0
     warm_prefix: bool = True
+    probe_logprobs: int = 20
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -37,6 +43,13 @@ class OpenAIBackendConfig:
             raise ValueError("openai.model must name the served model (GET /v1/models)")
         if self.timeout_s <= 0:
             raise ValueError(f"openai.timeout_s must be > 0, got {self.timeout_s}")
+        _check_probe_logprobs("openai", self.probe_logprobs)
+
+
+def _check_probe_logprobs(table: str, value: int) -> None:
+    if not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"{table}.probe_logprobs must lie in [0, {MAX_TOP_LOGPROBS}], got "
+                         f"{value}")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +59,20 @@ class VLLMBackendConfig:
     `model`: a Hugging Face id or local path; empty means the stage's `model_path` (a
     GGUF file, which vLLM loads with `tokenizer` naming the original HF tokenizer).
     Prefix caching and CUDA graphs are always on: they are why this backend exists.
+    `probe_logprobs`: as the `openai` backend's (vLLM's `logprobs` sampling parameter).
     """
 
     model: str = ""
     tokenizer: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
     gpu_memory_utilization: float = 0.5
     warm_prefix: bool = True
+    probe_logprobs: int = 20
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"vllm.gpu_memory_utilization must lie in (0, 1], got "
                              f"{self.gpu_memory_utilization}")  # fmt: skip
+        _check_probe_logprobs("vllm", self.probe_logprobs)
 
 
 @dataclass(frozen=True, slots=True)

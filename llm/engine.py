@@ -10,7 +10,7 @@ import torch
 
 from voxrelay.llm import kernels
 from voxrelay.llm.block_manager import BlockManager
-from voxrelay.llm.config import LLMConfig
+from voxrelay.llm.config import MAX_TOP_LOGPROBS, LLMConfig
 from voxrelay.llm.gguf_loader import GGUFFile, read_hparams, read_tokenizer_data
 from voxrelay.llm.model import LlamaModel, blocks_cover
 from voxrelay.llm.runner import ModelRunner
@@ -133,9 +133,12 @@ class LLMEngine:
         prompt_token_ids: list[int],
         max_new_tokens: int | None = None,
         prompt_complete: bool = True,
+        top_logprobs: int | None = None,
     ) -> None:
         """Queue a request. With `prompt_complete=False` the prompt stays open for
-        `append_tokens` and nothing is generated until `start_decode`."""
+        `append_tokens` and nothing is generated until `start_decode`. `top_logprobs`:
+        each TokenOutput carries the token's log-probability and that many of its
+        likeliest rivals' (None: no log-probabilities)."""
         if request_id in self._requests:
             raise ValueError(f"request {request_id} is already active; abort it or use a new id")
         if not prompt_token_ids:
@@ -143,6 +146,10 @@ class LLMEngine:
         limit = self.config.max_new_tokens if max_new_tokens is None else max_new_tokens
         if limit < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {limit}")
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(
+                f"top_logprobs must lie in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}"
+            )
         self._check_tokens(prompt_token_ids, len(prompt_token_ids))
         seq = Sequence(
             request_id,
@@ -151,6 +158,7 @@ class LLMEngine:
             limit,
             prompt_complete,
             self.tokenizer.detokenizer(),
+            top_logprobs=top_logprobs,
         )
         self._requests[request_id] = seq
         self.scheduler.add(seq)
@@ -250,13 +258,14 @@ class LLMEngine:
         cached = seq.num_cached_tokens
         # The probe rides on the first token only.
         probe = seq.probe_prob if seq.num_generated_tokens == 1 else None
+        logprobs, seq.logprobs = seq.logprobs, None
         if reason is None:
-            return TokenOutput(seq.request_id, token_id, text, False, None, cached, probe)
+            return TokenOutput(seq.request_id, token_id, text, False, None, cached, probe, logprobs)
         text += seq.detokenizer.flush()
         seq.finish_reason = reason
         self.scheduler.remove(seq)
         del self._requests[seq.request_id]
-        return TokenOutput(seq.request_id, token_id, text, True, reason, cached, probe)
+        return TokenOutput(seq.request_id, token_id, text, True, reason, cached, probe, logprobs)
 
     def _get(self, request_id: int) -> Sequence:
         seq = self._requests.get(request_id)

@@ -50,16 +50,19 @@ class EngineThread:
         return len(self._streams)
 
     def submit(
-        self, prompt_ids: list[int], max_new_tokens: int
+        self, prompt_ids: list[int], max_new_tokens: int, top_logprobs: int | None = None
     ) -> tuple[int, asyncio.Queue[StreamItem]]:
-        """Queue a request from a coroutine; its tokens arrive on the returned queue."""
+        """Queue a request from a coroutine; its tokens arrive on the returned queue
+        (with their log-probabilities where `top_logprobs` is set, LLMEngine.add_request)."""
         request_id = next(self._ids)
         stream: asyncio.Queue[StreamItem] = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
         def add() -> None:
             try:
-                self.engine.add_request(request_id, prompt_ids, max_new_tokens)
+                self.engine.add_request(
+                    request_id, prompt_ids, max_new_tokens, top_logprobs=top_logprobs
+                )
             except ValueError as exc:
                 loop.call_soon_threadsafe(stream.put_nowait, exc)
                 return

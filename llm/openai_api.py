@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from voxrelay.llm.backend import STOP_TEXTS
+from voxrelay.llm.config import MAX_TOP_LOGPROBS
+from voxrelay.llm.sequence import TokenLogprobs
 from voxrelay.llm.tokenizer import ChatTokenizer
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's and vLLM's default for /v1/completions
@@ -25,8 +27,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "echo": (None, False),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
     "suffix": (None, ""),
 }
 
@@ -58,6 +58,10 @@ class CompletionRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    # Log-probabilities of each generated token and of this many likeliest rivals
+    # (None: none asked for): `logprobs: N` on /v1/completions, `logprobs: true` with
+    # `top_logprobs: N` on /v1/chat/completions.
+    logprobs: int | None = None
 
 
 def parse_request(
@@ -95,7 +99,35 @@ def parse_request(
         max_tokens = default
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise APIError(400, f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-    return CompletionRequest(prompt_ids, max_tokens, stream, bool(options.get("include_usage")))
+    include_usage = bool(options.get("include_usage"))
+    logprobs = _chat_logprobs(body) if chat else _completion_logprobs(body)
+    return CompletionRequest(prompt_ids, max_tokens, stream, include_usage, logprobs)
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise APIError(400, f"{name} must be an integer in [0, {MAX_TOP_LOGPROBS}], got "
+                            f"{value!r}", name)  # fmt: skip
+    return value
+
+
+def _completion_logprobs(body: Mapping[str, Any]) -> int | None:
+    if "top_logprobs" in body:
+        raise APIError(400, "top_logprobs belongs to /v1/chat/completions; /v1/completions "
+                            "takes logprobs=N", "top_logprobs")  # fmt: skip
+    value = body.get("logprobs")
+    return None if value is None or value is False else _count(value, "logprobs")
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted not in (None, True, False):
+        raise APIError(400, "logprobs must be true or false on /v1/chat/completions", "logprobs")
+    if not wanted:
+        if top is not None:
+            raise APIError(400, "top_logprobs needs logprobs=true", "top_logprobs")
+        return None
+    return 0 if top is None else _count(top, "top_logprobs")
 
 
 def _check_sampling(body: Mapping[str, Any], served: ServedModel) -> None:
@@ -151,13 +183,62 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
-def choice(text: str, finish_reason: str | None, chat: bool, streaming: bool) -> dict[str, Any]:
+def choice(
+    text: str,
+    finish_reason: str | None,
+    chat: bool,
+    streaming: bool,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One entry of `choices`; a chat chunk carries a `delta`, a chat reply a `message`."""
     if not chat:
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
     key = "delta" if streaming else "message"
     body = {"content": text} if streaming else {"role": "assistant", "content": text}
-    return {"index": 0, key: body, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": 0, key: body, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+class LogprobsFormat:
+    """`choices[].logprobs` in OpenAI's two shapes: /v1/completions' parallel lists
+    (tokens, token_logprobs, top_logprobs as {token: logprob}, text_offset) and chat's
+    `content` entries (token, logprob, bytes, top_logprobs). A token is written as its
+    own text, special tokens by name ("<|im_end|>")."""
+
+    def __init__(self, tokenizer: ChatTokenizer, chat: bool) -> None:
+        self.tokenizer = tokenizer
+        self.chat = chat
+        self.offset = 0  # characters of completion text before the next token
+
+    def body(self, tokens: list[tuple[int, TokenLogprobs]], texts: list[str]) -> dict[str, Any]:
+        """The logprobs of `tokens` (id, its logprobs), whose streamed texts are `texts`."""
+        name = self._name
+        if self.chat:
+            return {"content": [self._entry(name(token), item.logprob, [
+                self._entry(name(rival), logprob) for rival, logprob in item.top
+            ]) for token, item in tokens]}  # fmt: skip
+        offsets = []
+        for text in texts:
+            offsets.append(self.offset)
+            self.offset += len(text)
+        return {
+            "tokens": [name(token) for token, _ in tokens],
+            "token_logprobs": [item.logprob for _, item in tokens],
+            "top_logprobs": [{name(rival): lp for rival, lp in item.top} for _, item in tokens],
+            "text_offset": offsets,
+        }
+
+    def _name(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    @staticmethod
+    def _entry(
+        token: str, logprob: float, top: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = {"token": token, "logprob": logprob,
+                                 "bytes": list(token.encode())}  # fmt: skip
+        if top is not None:
+            entry["top_logprobs"] = top
+        return entry
 
 
 def envelope(

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from voxrelay.llm.async_backend import AsyncBackend, Chunk
+from voxrelay.llm.async_backend import AsyncBackend, Chunk, RequestRejected
 from voxrelay.llm.backend import STOP_TEXTS
 from voxrelay.llm.config import LLMConfig
 
@@ -28,7 +28,7 @@ class OpenAIBackend(AsyncBackend):
         api_key = os.environ.get(settings.api_key_env)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
-        super().__init__(config, settings.warm_prefix)
+        super().__init__(config, settings.warm_prefix, settings.probe_logprobs)
 
     async def _start(self) -> None:
         timeout = self.config.openai.timeout_s
@@ -40,7 +40,9 @@ class OpenAIBackend(AsyncBackend):
         if self._session is not None:
             await self._session.close()
 
-    def request_body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+    def request_body(
+        self, prompt: str, max_tokens: int, top_logprobs: int | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.config.openai.model,
             "prompt": prompt,
@@ -54,18 +56,23 @@ class OpenAIBackend(AsyncBackend):
             body["top_k"] = self.config.top_k  # vLLM's extension; llm-serve takes it too
         if self.config.temperature > 0:
             body["seed"] = self.config.seed
+        if top_logprobs is not None:
+            body["logprobs"] = top_logprobs
         return body
 
-    async def _generate(self, prompt: str, max_tokens: int) -> AsyncIterator[Chunk]:
+    async def _generate(
+        self, prompt: str, max_tokens: int, top_logprobs: int | None = None
+    ) -> AsyncIterator[Chunk]:
         assert self._session is not None
-        body = self.request_body(prompt, max_tokens)
+        body = self.request_body(prompt, max_tokens, top_logprobs)
         async with self._session.post(self.url, json=body, headers=self._headers) as response:
             if response.status != 200:
                 detail = (await response.text())[:300]
-                raise ConnectionError(f"{self.url} answered {response.status}: {detail}")
+                error = RequestRejected if 400 <= response.status < 500 else ConnectionError
+                raise error(f"{self.url} answered {response.status}: {detail}")
             # The finish chunk is held back until the usage chunk that follows it (the
             # same write on the server), so the last Chunk carries the cache statistics.
-            final: tuple[str, str] | None = None
+            final: tuple[str, str, dict[str, float] | None] | None = None
             prompt_tokens = cached_tokens = 0
             async for line in response.content:
                 if not line.startswith(b"data:"):
@@ -81,10 +88,21 @@ class OpenAIBackend(AsyncBackend):
                     cached_tokens = int(details.get("cached_tokens") or 0)
                 for choice in event.get("choices") or ():
                     text, reason = choice.get("text") or "", choice.get("finish_reason")
+                    top = _first_top_logprobs(choice.get("logprobs"))
                     if reason is None:
-                        yield Chunk(text)
+                        yield Chunk(text, top_logprobs=top)
                     else:
-                        final = (text, reason)
+                        final = (text, reason, top)
             if final is None:
                 raise ConnectionError(f"{self.url}: the stream ended without a finish reason")
-            yield Chunk(final[0], final[1], prompt_tokens, cached_tokens)
+            yield Chunk(final[0], final[1], prompt_tokens, cached_tokens, final[2])
+
+
+def _first_top_logprobs(logprobs: Any) -> dict[str, float] | None:
+    """{token: logprob} of a completion chunk's first token (`logprobs.top_logprobs[0]`)."""
+    if not isinstance(logprobs, dict):
+        return None
+    top = logprobs.get("top_logprobs")
+    if not isinstance(top, list) or not top or not isinstance(top[0], dict):
+        return None
+    return {str(token): float(value) for token, value in top[0].items()}

@@ -8,7 +8,7 @@ from voxrelay.llm.cuda_graphs import GraphDecoder, sample_on_device
 from voxrelay.llm.model import LlamaModel
 from voxrelay.llm.repeats import banned_tokens
 from voxrelay.llm.scheduler import ScheduledBatch
-from voxrelay.llm.sequence import Sequence
+from voxrelay.llm.sequence import Sequence, TokenLogprobs
 from voxrelay.llm.turn_head import TurnHead
 
 
@@ -70,7 +70,9 @@ class ModelRunner:
         device = self.model.device
         size = self.block_size
         seqs, counts = batch.sequences, batch.num_new_tokens
-        if self.graphs is not None and not batch.is_prefill:
+        # A request for log-probabilities runs eagerly: the graphs return only token ids.
+        graphs = not batch.is_prefill and all(seq.top_logprobs is None for seq in seqs)
+        if self.graphs is not None and graphs:
             # An open prompt with one new token rides in a decode batch: its K/V is
             # written, but nothing is sampled for it.
             sampled_ids = self.graphs.decode(
@@ -143,7 +145,10 @@ class ModelRunner:
         sampling = [
             seq for seq, count in zip(seqs, counts, strict=True) if count == seq.samples_after
         ]
-        sampled = iter(self._sample(self._ban_repeats(logits, sampling)))
+        tokens = self._sample(self._ban_repeats(logits, sampling))
+        if any(seq.top_logprobs is not None for seq in sampling):
+            self._read_logprobs(sampling, logits, tokens)
+        sampled = iter(tokens)
         return [
             next(sampled) if count == seq.samples_after else None
             for seq, count in zip(seqs, counts, strict=True)
@@ -164,6 +169,22 @@ class ModelRunner:
         for (seq, _), prob in zip(probes, chosen, strict=True):
             seq.probe_prob = float(prob)
             seq.probe_index = None
+
+    def _read_logprobs(self, seqs: list[Sequence], logits: torch.Tensor, tokens: list[int]) -> None:
+        """Each asking sequence's sampled token and top rivals, from the model's own
+        distribution (row i of logits (N, V) is sequence i's)."""
+        asked = [(row, seq.top_logprobs) for row, seq in enumerate(seqs)]
+        rows = [row for row, count in asked if count is not None]
+        log_probs = torch.log_softmax(logits[rows].float(), dim=-1)  # (R, V)
+        count = max(count for _, count in asked if count is not None)
+        top_values, top_ids = log_probs.topk(count, dim=-1)
+        chosen = log_probs[torch.arange(len(rows)), torch.tensor([tokens[r] for r in rows])]
+        for index, row in enumerate(rows):
+            seq = seqs[row]
+            wanted = seq.top_logprobs or 0
+            pairs = zip(top_ids[index, :wanted].tolist(), top_values[index, :wanted].tolist(),
+                        strict=True)  # fmt: skip
+            seq.logprobs = TokenLogprobs(float(chosen[index]), tuple(pairs))
 
     def _ban_repeats(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Row i of `logits` with the tokens that would repeat an n-gram of sequence i's

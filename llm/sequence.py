@@ -21,6 +21,16 @@ class SequenceStatus(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """A generated token's log-probability under the model's own distribution (its
+    logits before temperature, top-k and the repeat ban, as vLLM reports them), and the
+    `top` most likely tokens as (id, logprob), most likely first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TokenOutput:
     """One generated token of a request: its id, the text it completes, and whether the
     request ended with it ("stop": end-of-turn token, "length": token or context limit).
@@ -29,6 +39,7 @@ class TokenOutput:
     `probe_prob`: on a request's first token, the probability the model gave the prompt
     token `probe_index` (see Sequence), read from the prefill that computed its
     position; None when no probe was asked for or it could not be read.
+    `logprobs`: the token's log-probabilities, where the request asked for them.
     """
 
     request_id: int
@@ -38,6 +49,7 @@ class TokenOutput:
     finish_reason: FinishReason | None = None
     num_cached_tokens: int = 0
     probe_prob: float | None = None
+    logprobs: TokenLogprobs | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -60,6 +72,11 @@ class Sequence:
     probe_index: int | None = None
     probe_prob: float | None = None
     probe_hidden: torch.Tensor | None = None  # (D,), kept only while training the head
+    # Log-probabilities of each generated token and its `top_logprobs` likeliest rivals
+    # (None: not asked for; 0: the token's own only): the runner leaves the last sampled
+    # token's in `logprobs`.
+    top_logprobs: int | None = None
+    logprobs: TokenLogprobs | None = None
 
     @property
     def num_tokens(self) -> int:

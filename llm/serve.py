@@ -27,6 +27,7 @@ from voxrelay.llm.engine_thread import EngineThread, StreamItem
 from voxrelay.llm.openai_api import (
     APIError,
     CompletionRequest,
+    LogprobsFormat,
     ServedModel,
     choice,
     envelope,
@@ -98,7 +99,9 @@ class CompletionServer:
             parsed = parse_request(body, chat, self.tokenizer, self.served)
         except APIError as exc:
             return _error(exc)
-        request_id, stream = self.engine_thread.submit(parsed.prompt_ids, parsed.max_tokens)
+        request_id, stream = self.engine_thread.submit(
+            parsed.prompt_ids, parsed.max_tokens, parsed.logprobs
+        )
         done = False
         try:
             first = await stream.get()
@@ -130,12 +133,17 @@ class CompletionServer:
         output: TokenOutput,
         stream: asyncio.Queue[StreamItem],
     ) -> web.Response:
-        parts, count = [output.text], 1
+        outputs = [output]
         while not output.finished:
             output = _token(await stream.get())
-            parts.append(output.text)
-            count += 1
-        entry = choice("".join(parts), output.finish_reason, chat, streaming=False)
+            outputs.append(output)
+        count = len(outputs)
+        texts = [item.text for item in outputs]
+        logprobs = None
+        if parsed.logprobs is not None:
+            tokens = [(item.token_id, item.logprobs) for item in outputs if item.logprobs]
+            logprobs = LogprobsFormat(self.tokenizer, chat).body(tokens, texts)
+        entry = choice("".join(texts), output.finish_reason, chat, False, logprobs)
         _log_usage(parsed, count, output)
         tokens = usage(len(parsed.prompt_ids), count, output.num_cached_tokens)
         body = {**head, "choices": [entry], "usage": tokens}
@@ -159,8 +167,13 @@ class CompletionServer:
                        "logprobs": None, "finish_reason": None}  # fmt: skip
             await response.write(_sse({**head, "choices": [opening]}))
         count = 1
+        logprobs_format = LogprobsFormat(self.tokenizer, chat)
         while True:
-            entry = choice(output.text, output.finish_reason, chat, streaming=True)
+            logprobs = None
+            if parsed.logprobs is not None and output.logprobs is not None:
+                pairs = [(output.token_id, output.logprobs)]
+                logprobs = logprobs_format.body(pairs, [output.text])
+            entry = choice(output.text, output.finish_reason, chat, True, logprobs)
             await response.write(_sse({**head, "choices": [entry]}))
             if output.finished:
                 break

@@ -47,12 +47,14 @@ def engine_args(config: LLMConfig) -> dict[str, Any]:
     return args
 
 
-def sampling_params(config: LLMConfig, max_tokens: int) -> Any:
+def sampling_params(config: LLMConfig, max_tokens: int, top_logprobs: int | None = None) -> Any:
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
     extra: dict[str, Any] = {"top_k": config.top_k} if config.top_k > 0 else {}
     if config.temperature > 0:
         extra["seed"] = config.seed
+    if top_logprobs is not None:
+        extra["logprobs"] = top_logprobs
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=config.temperature,
@@ -72,7 +74,7 @@ class VLLMBackend(AsyncBackend):
             )
         self._engine: Any = None
         self._ids = itertools.count()
-        super().__init__(config, config.vllm.warm_prefix)
+        super().__init__(config, config.vllm.warm_prefix, config.vllm.probe_logprobs)
 
     async def _start(self) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -85,22 +87,33 @@ class VLLMBackend(AsyncBackend):
         if self._engine is not None:
             self._engine.shutdown()
 
-    async def _generate(self, prompt: str, max_tokens: int) -> AsyncIterator[Chunk]:
+    async def _generate(
+        self, prompt: str, max_tokens: int, top_logprobs: int | None = None
+    ) -> AsyncIterator[Chunk]:
         request_id = f"voxrelay-{next(self._ids)}"
-        params = sampling_params(self.config, max_tokens)
+        params = sampling_params(self.config, max_tokens, top_logprobs)
         finished = False
         try:
             async for output in self._engine.generate(prompt, params, request_id):
                 completion = output.outputs[0]  # DELTA: the text since the last output
+                top = _first_top_logprobs(completion.logprobs)
                 if not output.finished:
-                    yield Chunk(completion.text)
+                    yield Chunk(completion.text, top_logprobs=top)
                     continue
                 finished = True
                 prompt_tokens = len(output.prompt_token_ids or ())
                 cached = output.num_cached_tokens or 0
                 yield Chunk(completion.text, completion.finish_reason or "stop", prompt_tokens,
-                            cached)  # fmt: skip
+                            cached, top)  # fmt: skip
                 return
         finally:
             if not finished:  # cancelled (barge-in) or failed: free its KV now
                 await self._engine.abort(request_id)
+
+
+def _first_top_logprobs(logprobs: Any) -> dict[str, float] | None:
+    """{token: logprob} of an output's first token: vLLM gives one {id: Logprob} per
+    token (the sampled one and the top N), each with `decoded_token` and `logprob`."""
+    if not logprobs:
+        return None
+    return {str(item.decoded_token): float(item.logprob) for item in logprobs[0].values()}

@@ -306,6 +306,10 @@ class LLMHandler(TableHandler):
                     # The ASR ends a learned pause on it (asr/turn_end.py), via the supervisor.
                     value = round(output.probe_prob * PROB_SCALE)
                     self.events.stamp(reply.session_id, reply.turn_id, Stamp.TURN_END_PROB, value)
+                elif not reply.committed and self.backend.probes_end_of_turn:
+                    # The probe could not be read (a remote one failed or came late): the
+                    # ASR decides the pause now instead of waiting out text_hint_wait_ms.
+                    self.events.stamp(reply.session_id, reply.turn_id, Stamp.TURN_END_PROB, -1)
                 # Ready before the end of the turn: prefilled from partials, or served by
                 # the prefix cache (system prompt, dialogue, shared partial blocks).
                 early = max(reply.early_tokens, output.num_cached_tokens)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence, trim
+from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import Partial
 from voxrelay.asr.turn_end import EAGERNESS
 from voxrelay.asr.worker import ASRHandler
@@ -159,5 +160,5 @@ def test_a_confident_llm_ends_the_pause_at_once_an_unsure_one_waits(clips: Path)
     floor_frames = (EAGERNESS["medium"].min_wait_ms - 150) / 20
     assert floor_frames - 1 <= at_once <= floor_frames + 2
     # Without the hint the pause is decided at its deadline (text_hint_wait_ms later).
-    assert at_once < 500 / 20 - 1 <= no_hint < unsure
+    assert at_once < ASRConfig().text_hint_wait_ms / 20 - 1 <= no_hint < unsure
     assert unsure * 20 >= 600  # "Go forward ten meters" is no end with P 1e-9

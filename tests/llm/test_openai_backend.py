@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from voxrelay.llm.async_backend import ABSENT_SHARE, end_of_turn_probability
 from voxrelay.llm.backend import NO_TOKEN_ID, REPLY_HEADER
 from voxrelay.llm.config import LLMConfig, OpenAIBackendConfig
 from voxrelay.llm.engine import LLMEngine
+from voxrelay.llm.native_backend import NativeBackend
 from voxrelay.llm.openai_backend import OpenAIBackend
 from voxrelay.llm.sequence import TokenOutput
 
@@ -114,6 +120,96 @@ def test_abort_closes_the_stream_and_the_server_stops(
         assert active_requests(llm_server) == 0
     finally:
         long.close()
+
+
+@pytest.mark.slow
+def test_the_servers_end_of_turn_probability_rides_on_the_first_token(
+    backend: OpenAIBackend, engine: LLMEngine
+) -> None:
+    """The probe over HTTP (llm/async_backend.py): where <|im_end|> is among the top 20
+    it is the native probe's P; where it is not, a small stand-in below the top 20."""
+    native = NativeBackend(engine.config, engine)
+    expected = {}
+    for request_id, words in (
+        (1, "What is the weather like today?"),
+        (2, "I would like to book a"),
+    ):
+        prompt = backend.render([{"role": "user", "content": words}])
+        native.submit(request_id, prompt)
+        while request_id not in expected:
+            for output in engine.step():
+                expected.setdefault(output.request_id, output.probe_prob)
+        engine.abort(request_id)
+        backend.submit(request_id, prompt)
+        outputs = collect(backend, request_id)
+        assert all(output.probe_prob is None for output in outputs[1:])
+        remote, local = outputs[0].probe_prob, expected[request_id]
+        assert remote is not None and local is not None
+        if request_id == 1:
+            assert remote == pytest.approx(local, rel=1e-3)
+        else:
+            assert local < 1e-4 and remote < 1e-4, (local, remote)
+    assert backend.probes_end_of_turn
+
+
+def test_a_server_that_refuses_logprobs_turns_the_probe_off(model_path: Path) -> None:
+    """A real socket to a server that answers `logprobs` with a 400: the reply still
+    streams, its first token carries no probability, and no more probes are sent."""
+    bodies: list[dict[str, object]] = []
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        bodies.append(body)
+        if "logprobs" in body:
+            return web.json_response({"error": {"message": "logprobs unsupported"}}, status=400)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in ({"choices": [{"text": "Hi", "finish_reason": None}]},
+                      {"choices": [{"text": ".", "finish_reason": "stop"}]}):  # fmt: skip
+            await asyncio.sleep(0.02)
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    client = make_backend(model_path, f"http://127.0.0.1:{port}/v1", warm_prefix=False)
+    try:
+        prompt = client.render([{"role": "user", "content": "Hello there"}])
+        client.submit(1, prompt)
+        outputs = collect(client, 1)
+        assert "".join(out.text for out in outputs) == "Hi." and outputs[0].probe_prob is None
+        assert not client.probes_end_of_turn
+        client.submit(2, prompt)
+        collect(client, 2)
+        # One probe, beside the first reply; none beside the second.
+        assert len(bodies) == 3 and ["logprobs" in body for body in bodies[-1:]] == [False]
+        assert sum("logprobs" in body for body in bodies) == 1, bodies
+    finally:
+        client.close()
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_end_of_turn_probability_from_top_logprobs() -> None:
+    assert end_of_turn_probability({"<|im_end|>": math.log(0.3), " I": math.log(0.5)}) == (
+        pytest.approx(0.3)
+    )
+    # Absent: below the least listed (0.05) and the mass left (1 - 0.9): a share of it.
+    top = {" I": math.log(0.6), " The": math.log(0.25), " It": math.log(0.05)}
+    assert end_of_turn_probability(top) == pytest.approx(0.05 * ABSENT_SHARE)
+    top = {" I": math.log(0.9), " The": math.log(0.097), " It": math.log(0.002)}
+    assert end_of_turn_probability(top) == pytest.approx(0.001 * ABSENT_SHARE)
+    assert end_of_turn_probability({}) is None
 
 
 def test_unreachable_server_ends_the_reply_with_error(model_path: Path) -> None:

@@ -113,3 +113,30 @@ def test_a_turn_head_reads_the_probed_rows_hidden_state(engine: LLMEngine, tmp_p
     expected = 1 / (1 + math.exp(-(float(hidden @ weight) + 0.3)))
     assert with_head == pytest.approx(expected, rel=1e-4)
     assert with_head != pytest.approx(own, rel=1e-2)
+
+
+def test_top_logprobs_of_the_next_token_give_the_probes_probability(engine: LLMEngine) -> None:
+    """What a remote backend reads instead of the probe (llm/async_backend.py): the top
+    log-probabilities of the token after the user's words, from a one-token request on
+    the open prompt; where <|im_end|> is among them it is the probe's value."""
+    import math
+
+    backend = NativeBackend(engine.config, engine)
+    full = _prompt(engine, "What is the weather like today?")
+    backend.submit(7, full)
+    probed = _first(engine, 7).probe_prob
+    ids = engine.tokenizer.encode(full.removesuffix(REPLY_HEADER))
+    engine.add_request(8, ids, max_new_tokens=1, top_logprobs=20)
+    output = _first(engine, 8)
+    assert output.logprobs is not None and len(output.logprobs.top) == 20
+    values = [logprob for _, logprob in output.logprobs.top]
+    assert values == sorted(values, reverse=True) and sum(map(math.exp, values)) <= 1 + 1e-5
+    # Greedy: the sampled token is the likeliest one, with its logprob.
+    assert output.logprobs.top[0] == (output.token_id, pytest.approx(output.logprobs.logprob))
+    im_end = engine.tokenizer.token_id("<|im_end|>")
+    (end,) = [logprob for token, logprob in output.logprobs.top if token == im_end]
+    assert probed is not None and math.exp(end) == pytest.approx(probed, rel=1e-3)
+    engine.add_request(9, ids, max_new_tokens=1, top_logprobs=0)  # the token's own only
+    assert _first(engine, 9).logprobs.top == ()  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="top_logprobs"):
+        engine.add_request(10, ids, top_logprobs=21)

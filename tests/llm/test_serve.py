@@ -33,6 +33,9 @@ QUESTIONS = ("What is the capital of France?", "Name a large animal.", "What col
         ({"prompt": "hi", "stop": ["\n"]}, 400, "stop strings"),
         ({"prompt": "hi", "stream": "yes"}, 400, "stream must be"),
         ({"prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream=true"),
+        ({"prompt": "hi", "logprobs": 21}, 400, "logprobs must be an integer in"),
+        ({"prompt": "hi", "logprobs": True}, 400, "logprobs must be an integer in"),
+        ({"prompt": "hi", "top_logprobs": 3}, 400, "chat/completions"),
     ],
 )
 def test_bad_completion_requests(
@@ -51,6 +54,12 @@ def test_chat_request_renders_the_template(tokenizer: ChatTokenizer) -> None:
     assert parsed.max_tokens == SERVED.max_new_tokens and not parsed.stream
     with pytest.raises(APIError, match="role"):
         parse_request({"messages": [{"role": "robot", "content": "x"}]}, True, tokenizer, SERVED)
+    assert parsed.logprobs is None
+    asked = {"messages": messages, "logprobs": True, "top_logprobs": 3}
+    assert parse_request(asked, True, tokenizer, SERVED).logprobs == 3
+    with pytest.raises(APIError, match="top_logprobs needs logprobs=true"):
+        parse_request({"messages": messages, "top_logprobs": 3}, True, tokenizer, SERVED)
+    assert parse_request({"prompt": "hi", "logprobs": 0}, False, tokenizer, SERVED).logprobs == 0
 
 
 def greedy_text(engine: LLMEngine, prompt_ids: list[int], max_new_tokens: int) -> str:
@@ -123,6 +132,51 @@ def test_chat_and_models_and_bad_json(llm_server: str, engine: LLMEngine) -> Non
 
 
 @pytest.mark.slow
+def test_logprobs_in_both_of_openais_shapes(llm_server: str, engine: LLMEngine) -> None:
+    """/v1/completions' parallel lists and chat's `content` entries, streamed and not; the
+    values are the engine's own (the remote end-of-turn probe reads them)."""
+    tokenizer = engine.tokenizer
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": QUESTIONS[1]}])
+    engine.add_request(501, tokenizer.encode(prompt), max_new_tokens=3, top_logprobs=5)
+    local = []
+    while engine.has_unfinished():
+        local += engine.step()
+
+    async def run() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        body = {"prompt": prompt, "max_tokens": 3, "logprobs": 5, "stream": True}
+        chunks = []
+        async with aiohttp.ClientSession() as session:
+            async with session.post(llm_server + "/completions", json=body) as response:
+                async for line in response.content:
+                    if line.startswith(b"data: {"):
+                        chunks += json.loads(line[5:])["choices"]
+            chat = {"messages": [{"role": "user", "content": QUESTIONS[1]}], "max_tokens": 3,
+                    "logprobs": True, "top_logprobs": 2}  # fmt: skip
+            async with session.post(llm_server + "/chat/completions", json=chat) as response:
+                return chunks, await response.json()
+
+    chunks, chat = asyncio.run(run())
+    assert len(chunks) == 3 == len(local)
+    offset = 0
+    for chunk, output in zip(chunks, local, strict=True):
+        logprobs = chunk["logprobs"]
+        assert logprobs["tokens"] == [tokenizer.decode([output.token_id])]
+        assert logprobs["token_logprobs"][0] == pytest.approx(output.logprobs.logprob, abs=1e-4)
+        expected = {tokenizer.decode([token]): value for token, value in output.logprobs.top}
+        assert logprobs["top_logprobs"][0] == pytest.approx(expected, abs=1e-4)
+        assert logprobs["text_offset"] == [offset]
+        offset += len(chunk["text"])
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert [entry["token"] for entry in content] == logprobs_tokens(tokenizer, local)
+    assert all(len(entry["top_logprobs"]) == 2 for entry in content)
+    assert content[0]["bytes"] == list(content[0]["token"].encode())
+
+
+def logprobs_tokens(tokenizer: ChatTokenizer, outputs: list[TokenOutput]) -> list[str]:
+    return [tokenizer.decode([output.token_id]) for output in outputs]
+
+
+@pytest.mark.slow
 def test_client_disconnect_aborts_the_request(llm_server: str) -> None:
     health_url = llm_server.removesuffix("/v1") + "/health"
 
@@ -153,7 +207,13 @@ class FlakyEngine:
         self.active: dict[int, int] = {}
         self.failed = False
 
-    def add_request(self, request_id: int, prompt_ids: list[int], max_new_tokens: int) -> None:
+    def add_request(
+        self,
+        request_id: int,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        top_logprobs: int | None = None,
+    ) -> None:
         self.active[request_id] = max_new_tokens
 
     def abort(self, request_id: int) -> bool:

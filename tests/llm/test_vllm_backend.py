@@ -10,6 +10,7 @@ import enum
 import importlib.machinery
 import importlib.util
 import inspect
+import math
 import sys
 import time
 import types
@@ -22,7 +23,7 @@ import pytest
 
 from voxrelay.llm.backend import REPLY_HEADER, create_backend
 from voxrelay.llm.config import LLMConfig, VLLMBackendConfig
-from voxrelay.llm.vllm_backend import engine_args, sampling_params
+from voxrelay.llm.vllm_backend import _first_top_logprobs, engine_args, sampling_params
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -38,9 +39,17 @@ def test_without_vllm_choosing_it_is_a_clear_error(model_path: Path) -> None:
 
 
 @dataclass
+class FakeLogprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
 class FakeCompletion:
     text: str
     finish_reason: str | None = None
+    logprobs: list[dict[int, FakeLogprob]] | None = None
 
 
 @dataclass
@@ -76,7 +85,12 @@ class FakeEngine:
             await asyncio.sleep(0.005)
             done = index == params.kwargs["max_tokens"]
             delta = words[index - 1]
-            yield FakeRequestOutput([FakeCompletion(delta, "length" if done else None)], done)
+            logprobs = None
+            if params.kwargs.get("logprobs") is not None:  # the sampled token, then the top N
+                top = {2: FakeLogprob(-0.4, 1, "Hello"), 0: FakeLogprob(-1.6, 2, "<|im_end|>")}
+                logprobs = [top]
+            reason = "length" if done else None
+            yield FakeRequestOutput([FakeCompletion(delta, reason, logprobs)], done)
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
@@ -148,8 +162,16 @@ def test_prefix_caching_cuda_graphs_warming_and_streaming(
         outputs = drain(backend, 1)
         assert "".join(out.text for out in outputs) == "Hello there, friend"
         assert outputs[-1].finish_reason == "length" and outputs[-1].num_cached_tokens == 32
-        assert engine.requests[-1] == (prompt, engine.requests[-1][1])
-        assert engine.requests[-1][1].kwargs["stop"] == ["<|im_end|>", "<|endoftext|>"]
+        (reply,) = [params for text, params in engine.requests if text == prompt]
+        assert reply.kwargs["stop"] == ["<|im_end|>", "<|endoftext|>"]
+        assert reply.kwargs["max_tokens"] == 4 and "logprobs" not in reply.kwargs
+        # Beside it, the end-of-turn probe: the user's words alone, one token, the top 20
+        # log-probabilities; its P(<|im_end|>) rides on the reply's first token.
+        (probe,) = [params for _, params in engine.requests if params.kwargs.get("logprobs")]
+        assert probe.kwargs["logprobs"] == 20 and probe.kwargs["max_tokens"] == 1
+        assert engine.requests[-1][0] == prompt.removesuffix(REPLY_HEADER)
+        assert outputs[0].probe_prob == pytest.approx(math.exp(-1.6))
+        assert all(out.probe_prob is None for out in outputs[1:])
     finally:
         backend.close()
 
@@ -183,13 +205,23 @@ def test_the_real_vllm_has_the_names_and_signatures_the_backend_calls(model_path
     params = sampling_params(config, 7)
     assert isinstance(params, SamplingParams) and params.output_kind == RequestOutputKind.DELTA
     assert (params.max_tokens, params.top_k, params.seed) == (7, 20, 0)
+    assert params.logprobs is None and sampling_params(config, 1, 20).logprobs == 20
     assert list(inspect.signature(AsyncLLM.generate).parameters)[:4] == [
         "self", "prompt", "sampling_params", "request_id"]  # fmt: skip
     assert "engine_args" in inspect.signature(AsyncLLM.from_engine_args).parameters
     assert inspect.iscoroutinefunction(AsyncLLM.abort) and callable(AsyncLLM.shutdown)
     outputs = inspect.signature(RequestOutput.__init__).parameters
     assert {"prompt_token_ids", "outputs", "finished", "num_cached_tokens"} <= set(outputs)
-    assert {"text", "finish_reason"} <= set(inspect.signature(CompletionOutput).parameters)
+    assert {"text", "finish_reason", "logprobs"} <= set(
+        inspect.signature(CompletionOutput).parameters
+    )
+    # The probe reads the first token's {id: Logprob} (the dict and the flat container).
+    from vllm.logprobs import FlatLogprobs, Logprob
+
+    assert {"logprob", "decoded_token"} <= set(inspect.signature(Logprob).parameters)
+    flat = FlatLogprobs()
+    flat.append({7: Logprob(-1.5, 1, "<|im_end|>")})
+    assert _first_top_logprobs(flat) == {"<|im_end|>": -1.5}
 
 
 @pytest.mark.gpu

@@ -1,7 +1,8 @@
 """`voxrelay serve --llm-backend openai --llm-url ...` against a real `voxrelay llm-serve`:
-a real clip over a real WebSocket gets its reply from the other server, and the partial
+a real clip over a real WebSocket gets its reply from the other server, the partial
 transcripts warmed that server's prefix cache before the turn ended (llm-serve's own log
-of each request's cached tokens says so)."""
+of each request's cached tokens says so), and the pause was decided on that server's
+end-of-turn probability."""
 
 from __future__ import annotations
 
@@ -104,3 +105,6 @@ def test_serve_replies_through_llm_serve_and_partials_warm_its_prefix_cache(tmp_
     assert cached_tokens < prompt_tokens, requests
     # The trace has it too: that much of the prompt was ready before the end of the turn.
     assert trace["prefill_early_tokens"] >= cached_tokens, trace
+    # The end of turn was decided on the server's own P(<|im_end|>), read from the top
+    # log-probabilities of a one-token probe (llm/async_backend.py), not the silence rule.
+    assert trace["end_text_prob"] is not None and 0 < trace["end_text_prob"] <= 1, trace
