@@ -55,13 +55,13 @@ class ASRConfig:
     # end_silence_ms (no transcript to read in time).
     turn_fallback_ms: int = 2500
     # The LLM's P(end of turn) is awaited this much more silence after the SpeculativeEnd
-    # (it comes with the reply's first token: ~40-90 ms from the native engine here, ~230
-    # ms from `llm-serve` over HTTP beside the stages); past it the pause ends as the
-    # silence rule ends it. The silence is counted as the VAD reads it, and it reads the
-    # audio that piled up during the SpeculativeEnd's decode (~250 ms) at once: 500 ms
-    # left a remote probe ~250 ms, too little (docs/llm.md). A backend that has no
-    # probability to give says so at once, so this wait is only ever a slow LLM's.
-    text_hint_wait_ms: int = 1000
+    # (it comes with the reply's first token, ~40-90 ms from the native engine here);
+    # past it the pause ends as the silence rule ends it. The silence is counted as the
+    # VAD reads it, and it reads the audio that piled up during the SpeculativeEnd's
+    # decode (~250 ms) at once, so this leaves the LLM ~250 ms of wall time: a remote
+    # backend gets 1000 ms (pipeline/config.py REMOTE_TEXT_HINT_WAIT_MS). A backend
+    # that has no probability to give says so at once.
+    text_hint_wait_ms: int = 500
     # 0 disables partial transcripts (offline transcription does not need them).
     partial_interval_ms: int = 600
     max_utterance_s: float = 20.0

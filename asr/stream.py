@@ -381,9 +381,14 @@ class ASRStream:
         return [Rollback(utterance.utterance_id, utterance.agreement.stable_text)]
 
     def _transcript_through(self, utterance: _Utterance, speech_end: int, until: int) -> Transcript:
-        """A transcript that heard all speech up to `speech_end`, reusing the last decode."""
+        """A transcript that heard all speech up to `speech_end`, reusing the last decode
+        unless it heard no words and more audio is here now: the VAD ends a quiet word
+        before its soft last syllable ("Hel-" of a caller's "Hello?" at -42 dBFS, which
+        Whisper decoded as "I'm going to" and judged silence), and the padding after
+        the speech end holds the rest."""
         last = utterance.last
-        if last is not None and last.covers_until >= speech_end:
+        heard = last is not None and (bool(last.transcript.text) or last.covers_until >= until)
+        if last is not None and last.covers_until >= speech_end and heard:
             return last.transcript
         return self._decode(utterance, until).transcript
 

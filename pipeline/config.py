@@ -7,6 +7,13 @@ from typing import Any
 
 from voxrelay.asr.config import ASRConfig
 
+# How long the ASR waits for a remote backend's end-of-turn probability (ASRConfig's
+# `text_hint_wait_ms`, 500 ms for the engine in-process): `llm-serve` over HTTP beside
+# the stages gave it ~230 ms after the reply started, and the ASR's wait, counted in
+# silence as the VAD reads it, leaves ~250 ms of wall time after a ~250 ms decode
+# (docs/llm.md, "The end-of-turn probe over HTTP").
+REMOTE_TEXT_HINT_WAIT_MS = 1000
+
 TRANSPORTS = ("shm", "zmq")
 MODES = ("streaming", "sequential", "naive")  # the pipeline, then its two yardsticks
 
@@ -61,6 +68,15 @@ class PipelineConfig:
             raise ValueError(
                 f"barge_in_min_words must be in 0..20 (0 = off), got {self.barge_in_min_words}"
             )
+
+    def stage_configs(self) -> dict[str, dict[str, Any]]:
+        """Each stage's settings as its worker gets them. With a remote LLM backend the
+        ASR waits REMOTE_TEXT_HINT_WAIT_MS for the LLM's P(end of turn) unless
+        `text_hint_wait_ms` is set: the probe crosses HTTP (llm/async_backend.py)."""
+        asr = dict(self.asr)
+        if self.llm.get("backend", "native") != "native":
+            asr.setdefault("text_hint_wait_ms", REMOTE_TEXT_HINT_WAIT_MS)
+        return {"asr": asr, "llm": self.llm, "tts": self.tts}
 
     def model_names(self) -> tuple[str, str, str]:
         """(ASR model, LLM model, TTS voice) as the stage workers pick them: their setting

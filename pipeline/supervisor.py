@@ -76,7 +76,7 @@ class Supervisor:
         self._ring_names = ("audio_in", "asr_llm", "llm_tts", "audio_out")
 
     def stage_configs(self) -> dict[str, dict[str, object]]:
-        return {"asr": self.config.asr, "llm": self.config.llm, "tts": self.config.tts}
+        return self.config.stage_configs()
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

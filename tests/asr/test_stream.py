@@ -210,6 +210,23 @@ def test_max_utterance_cut_loses_no_words(clips: Path, models) -> None:
     assert measures.wer <= 0.25 and measures.deletions <= 4, hypothesis
 
 
+def test_a_quiet_hello_is_heard_not_discarded(natural_dir: Path, clips: Path, models) -> None:
+    """The call's first turn, Diane's "Hello?" at -42 dBFS RMS: the VAD ends it before
+    its soft last syllable, and the decode of what came before heard no words. The
+    utterance was dropped (Discard, no turn); the speech pad after the end now gets
+    one more decode, which hears it."""
+    from tests.asr.natural import natural_turns
+
+    turns = natural_turns(natural_dir, clips, models.vad)
+    (hello,) = [turn for turn in turns if turn.name == "call/00-diane"]
+    assert np.sqrt(np.mean(hello.audio**2)) < 0.01  # about -42 dBFS
+    audio = np.concatenate([hello.audio, silence(3.0)])
+    events = feed_frames(ASRStream(ASRConfig(), models), audio)
+    assert not of_type(events, Discard), events
+    (final,) = of_type(events, Final)
+    assert words(final.text) == "hello", final
+
+
 def test_auto_picks_base_alone_and_tiny_when_shared_per_utterance(clips: Path, models) -> None:
     # Asked as each utterance starts: alone for the first, shared for the second.
     answers = iter([False, True])

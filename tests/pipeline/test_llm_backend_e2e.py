@@ -108,3 +108,17 @@ def test_serve_replies_through_llm_serve_and_partials_warm_its_prefix_cache(tmp_
     # The end of turn was decided on the server's own P(<|im_end|>), read from the top
     # log-probabilities of a one-token probe (llm/async_backend.py), not the silence rule.
     assert trace["end_text_prob"] is not None and 0 < trace["end_text_prob"] <= 1, trace
+
+
+def test_a_remote_backend_gives_the_asr_longer_to_wait_for_its_probe() -> None:
+    from voxrelay.asr.config import ASRConfig
+    from voxrelay.pipeline.config import REMOTE_TEXT_HINT_WAIT_MS, PipelineConfig
+
+    native = PipelineConfig().stage_configs()["asr"]
+    assert "text_hint_wait_ms" not in native  # the ASR's own default
+    assert ASRConfig().text_hint_wait_ms < REMOTE_TEXT_HINT_WAIT_MS
+    remote = PipelineConfig(llm={"backend": "openai"}).stage_configs()
+    assert remote["asr"]["text_hint_wait_ms"] == REMOTE_TEXT_HINT_WAIT_MS
+    assert remote["llm"] == {"backend": "openai"}
+    chosen = PipelineConfig(asr={"text_hint_wait_ms": 700}, llm={"backend": "vllm"})
+    assert chosen.stage_configs()["asr"]["text_hint_wait_ms"] == 700  # set: kept
