@@ -45,6 +45,7 @@ from voxrelay.asr.turn_end import (
     unfinished,
     wait_ms,
     weights_for,
+    weights_without_text,
 )
 from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
@@ -143,6 +144,7 @@ class ASRStream:
             )
         self._turn_model = models.turn if wants_turn else None
         self._weights = weights or weights_for(config.turn_audio_model)
+        self._weights_no_text = weights_without_text(self._weights)
         self._hold_unfinished = hold_unfinished
         self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
             EndpointKind.START: self._on_start,
@@ -317,13 +319,15 @@ class ASRStream:
         assert pending is not None
         utterance.pending = None
         started = time.perf_counter_ns()
-        end_prob = end_probability(
-            TurnSignals(pending.text, pending.audio_prob, text_prob, pending.closing_prob),
-            self._weights,
-        )
+        weights: Weights | None = self._weights
         if text_prob is None and self._weights.text:
-            # The LLM's probability did not come in time (a remote backend sends none):
-            # the pause ends as the silence rule ends it, not on a guess at the missing term.
+            # The LLM's probability did not come (a backend that does not probe, a server
+            # without logprobs, a probe too late): the fusion fitted without that term
+            # decides, not a guess at the missing value (docs/asr.md, "Session 21").
+            weights = self._weights_no_text
+        signals = TurnSignals(pending.text, pending.audio_prob, text_prob, pending.closing_prob)
+        end_prob = end_probability(signals, weights or self._weights)
+        if weights is None:  # no such fit for these weights: the silence rule
             wait = self.config.end_silence_ms
         else:
             wait = wait_ms(end_prob, self.config.eagerness, self.config.turn_fallback_ms)

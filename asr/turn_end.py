@@ -153,9 +153,31 @@ WEIGHTS = Weights(audio=0.0, text=0.19, closing=0.67, unfinished=-1.91, question
                   bias=0.77)  # fmt: skip
 
 
+# The fusion for a pause whose LLM probability did not come (a backend that does not
+# probe, a server without logprobs, a probe too late): the same fit with the text term
+# dropped (session 21, 281 pauses; Smart Turn's weight in that fit is -0.04, so both
+# fusions above fall back to this one). Replayed at medium against the 300 ms silence
+# rule that such a pause ended on before: natural 15.4% cut at 675 ms against 53.8% at
+# 410, splice 29.9% / 829 against 41.9% / 365, requests 20% / 300 against 40% / 300
+# (docs/asr.md, "Session 21").
+WEIGHTS_NO_TEXT = Weights(audio=0.0, text=0.0, closing=0.84, unfinished=-2.87, question=-0.08,
+                          bias=-1.92)  # fmt: skip
+
+
 def weights_for(turn_audio_model: str) -> Weights:
     """The fitted fusion for an ASRConfig.turn_audio_model."""
     return WEIGHTS_SMART_TURN if turn_audio_model == "smart-turn" else WEIGHTS
+
+
+def weights_without_text(weights: Weights) -> Weights | None:
+    """The fusion to decide a pause by when the LLM's probability is missing: `weights`
+    itself if it has no text term, the fitted no-text fusion for the shipped ones, and
+    None (no fit to fall back on: the pause ends on the silence rule) for any other."""
+    if not weights.text:
+        return weights
+    if weights in (WEIGHTS, WEIGHTS_SMART_TURN):
+        return WEIGHTS_NO_TEXT
+    return None
 
 
 # A signal that did not come (no LLM probe from a remote backend, no audio model):

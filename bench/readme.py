@@ -64,10 +64,22 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("... mean wait, words' rule + 300 ms (ms)", "turn_end.mean_wait_ms.natural.rules"),
     ("... pauses ended on, Smart Turn alone (%)", "turn_end.false_cut_pct.natural.smart_turn"),
     ("... mean wait, Smart Turn alone (ms)", "turn_end.mean_wait_ms.natural.smart_turn"),
+    (
+        "... pauses ended on, learned end with no LLM probability (%)",
+        "turn_end.false_cut_pct.natural.learned_no_llm",
+    ),
+    (
+        "... mean wait, learned end with no LLM probability (ms)",
+        "turn_end.mean_wait_ms.natural.learned_no_llm",
+    ),
     ("turn-taking, spliced pauses: ended on, learned end (%)", "turn_end.false_cut_pct.splice"),
     ("... mean wait after true ends, learned end (ms)", "turn_end.mean_wait_ms.splice"),
     ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.splice.vad"),
     ("... ended on, Smart Turn alone (%)", "turn_end.false_cut_pct.splice.smart_turn"),
+    (
+        "... ended on, learned end with no LLM probability (%)",
+        "turn_end.false_cut_pct.splice.learned_no_llm",
+    ),
     (
         "turn-taking, spoken requests (synthetic): mean wait, learned end (ms)",
         "turn_end.mean_wait_ms.requests",

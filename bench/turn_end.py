@@ -15,8 +15,9 @@ at real-time pace, followed by 3 s of silence:
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
-alone through the same eagerness policy), and `learned` (the default fusion, which does
-not run Smart Turn: `turn_audio_model = "none"`). The LLM's
+alone through the same eagerness policy), `learned` (the default fusion, which does
+not run Smart Turn: `turn_audio_model = "none"`), and `learned_no_llm` (the same when
+the LLM gives no probability: the fusion fitted without it). The LLM's
 probability comes from the native engine in this process, through the same probe the
 LLM stage runs, and reaches the stream HINT_DELAY_MS after the SpeculativeEnd (the
 stage's measured first-token time, `e2e.llm_ttft_ms`).
@@ -79,7 +80,12 @@ DETECTORS: dict[str, tuple[ASRConfig, Weights, bool]] = {
     "rules": (replace(BASE, turn_detection="silence"), WEIGHTS, True),
     "smart_turn": (SMART_TURN, Weights(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), False),
     "learned": (BASE, WEIGHTS, True),
+    # The learned end when the LLM gives no probability (a backend that does not probe,
+    # a server without logprobs): the backend says so at once, and the fusion fitted
+    # without the LLM's term decides (asr/turn_end.py WEIGHTS_NO_TEXT).
+    "learned_no_llm": (BASE, WEIGHTS, True),
 }
+NO_LLM = frozenset({"learned_no_llm"})
 
 
 @dataclass(slots=True)
@@ -135,10 +141,12 @@ def stream_turn(
     stream: ASRStream, audio: np.ndarray, probe: Callable[[str], float | None]
 ) -> list[tuple[int, object]]:
     """Feed `audio` then TAIL_S of silence as 20 ms frames; each SpeculativeEnd's text
-    probability reaches the stream HINT_DELAY_MS later. (arrival_ns, event) pairs."""
+    probability reaches the stream HINT_DELAY_MS later, or the next frame when the probe
+    has none (None, as a backend that does not probe says at once). (arrival_ns, event)
+    pairs."""
     audio = np.concatenate([audio, silence(TAIL_S)])
     frame = SAMPLE_RATE * FRAME_MS // 1000
-    hints: list[tuple[int, int, float]] = []  # (due frame, utterance, probability)
+    hints: list[tuple[int, int, float | None]] = []  # (due frame, utterance, probability)
     events: list[tuple[int, object]] = []
     for index, offset in enumerate(range(0, audio.size, frame)):
         arrival_ns = T0_NS + (offset + frame) * 1_000_000_000 // SAMPLE_RATE
@@ -150,8 +158,8 @@ def stream_turn(
         for event in new:
             if isinstance(event, SpeculativeEnd):
                 prob = probe(event.text)
-                if prob is not None:
-                    hints.append((index + HINT_DELAY_MS // FRAME_MS, event.utterance_id, prob))
+                delay = 0 if prob is None else HINT_DELAY_MS // FRAME_MS
+                hints.append((index + delay, event.utterance_id, prob))
         events += [(arrival_ns, event) for event in new]
     events += [(arrival_ns, event) for event in stream.flush(arrival_ns)]
     return events
@@ -204,10 +212,11 @@ def splice_turns(aligner: WhisperModel, models: ASRModels) -> list[Turn]:
 def evaluate(
     models: ASRModels, sets: dict[str, list[Turn]], detectors: tuple[str, ...] = tuple(DETECTORS)
 ) -> dict[str, dict[str, Outcome]]:
-    probe = text_prober()
+    llm_probe = text_prober()
     outcomes: dict[str, dict[str, Outcome]] = {}
     for detector in detectors:
         config, weights, rules = DETECTORS[detector]
+        probe = _no_probability if detector in NO_LLM else llm_probe
         for set_name, turns in sets.items():
             outcome = Outcome(waits_ms=[], decision_ms=[])
             for turn in turns:
@@ -216,6 +225,10 @@ def evaluate(
                 _score_turn(outcome, turn, events, T0_NS + _ns(turn.speech_end))
             outcomes.setdefault(detector, {})[set_name] = outcome
     return outcomes
+
+
+def _no_probability(text: str) -> float | None:
+    return None
 
 
 def run() -> dict[str, float]:
@@ -277,13 +290,13 @@ def table(results: dict[str, float]) -> str:
         f"turn-taking (eot-bench): {results['turn_end.pauses.natural']:.0f} natural mid-turn "
         f"pauses in {results['turn_end.turns.natural']:.0f} real turns; "
         f"{results['turn_end.pauses.splice']:.0f} spliced pauses of 0.2-2.5 s",
-        f"{'detector':11} {'false cut nat %':>15} {'wait nat ms':>12} "
+        f"{'detector':14} {'false cut nat %':>15} {'wait nat ms':>12} "
         f"{'false cut splice %':>18} {'wait splice ms':>15} {'wait requests ms':>17}",
     ]
     for detector in DETECTORS:
         suffix = "" if detector == "learned" else f".{detector}"
         lines.append(
-            f"{detector:11} {results[f'turn_end.false_cut_pct.natural{suffix}']:>15.1f} "
+            f"{detector:14} {results[f'turn_end.false_cut_pct.natural{suffix}']:>15.1f} "
             f"{results[f'turn_end.mean_wait_ms.natural{suffix}']:>12.0f} "
             f"{results[f'turn_end.false_cut_pct.splice{suffix}']:>18.1f} "
             f"{results[f'turn_end.mean_wait_ms.splice{suffix}']:>15.0f} "

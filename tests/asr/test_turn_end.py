@@ -5,12 +5,17 @@ import pytest
 
 from voxrelay.asr.turn_end import (
     EAGERNESS,
+    WEIGHTS,
+    WEIGHTS_NO_TEXT,
+    WEIGHTS_SMART_TURN,
     TurnSignals,
+    Weights,
     end_probability,
     probe_text,
     unfinished,
     wait_ms,
     weights_for,
+    weights_without_text,
 )
 
 
@@ -130,3 +135,18 @@ def test_a_stream_that_asks_for_smart_turn_needs_it_loaded(models) -> None:
     assert models.turn is None  # the default config does not load it
     with pytest.raises(ValueError, match="Smart Turn was not loaded"):
         ASRStream(replace(ASRConfig(), turn_audio_model="smart-turn"), models)
+
+
+def test_a_missing_llm_probability_falls_back_on_the_fit_without_it() -> None:
+    """The shipped fusions fall back on the no-text fit; it reads Whisper's closing
+    probability and the words' rule; weights with no text term are their own fallback,
+    and hand-made ones with a text term have none (the silence rule decides)."""
+    assert weights_without_text(WEIGHTS) == weights_without_text(WEIGHTS_SMART_TURN)
+    assert weights_without_text(WEIGHTS) == WEIGHTS_NO_TEXT and not WEIGHTS_NO_TEXT.text
+    audio_only = Weights(1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert weights_without_text(audio_only) is audio_only
+    assert weights_without_text(Weights(0.0, 0.5, 0.5, -1.0, 0.0, 0.0)) is None
+    closes, hangs = (TurnSignals("Go forward ten meters.", None, None, p) for p in (0.98, 0.8))
+    assert end_probability(closes, WEIGHTS_NO_TEXT) > end_probability(hangs, WEIGHTS_NO_TEXT)
+    cut = TurnSignals("Go forward ten meters and", None, None, 0.98)
+    assert end_probability(cut, WEIGHTS_NO_TEXT) < end_probability(hangs, WEIGHTS_NO_TEXT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +130,17 @@ def _turn_hint(prob: float, session_id: int = 1, turn_id: int = 0) -> Record:
     return Record(RecordKind.CONTROL, 0, session_id, turn_id, 0, 0, payload)
 
 
-def _frames_from_speculative_end_to_final(clips: Path, prob: float | None) -> int:
-    """Feed goforward and silence one 20 ms frame per batch; at the SpeculativeEnd the
-    LLM's P(end of turn) arrives (None: never). Frames from it to the FINAL."""
+def _frames_from_speculative_end_to_final(
+    clips: Path, prob: float | None, speech: np.ndarray | None = None
+) -> int:
+    """Feed goforward (or `speech`) and silence one 20 ms frame per batch; at the
+    SpeculativeEnd the LLM's P(end of turn) arrives (None: never; NaN: the backend says
+    at once that it has none). Frames from it to the FINAL."""
     out = RecordingSender()
     handler = ASRHandler({"partial_interval_ms": 0}, out, NoEvents())  # type: ignore[arg-type]
-    audio = np.concatenate([trim(read_clip(clips / "goforward.raw")), silence(3.0)])
+    if speech is None:
+        speech = trim(read_clip(clips / "goforward.raw"))
+    audio = np.concatenate([speech, silence(3.0)])
     speculative_at = None
     for index, start in enumerate(range(0, len(audio) - FRAME + 1, FRAME)):
         handler.handle(_audio_record(audio[start : start + FRAME], (index + 1) * FRAME_NS))
@@ -162,3 +168,24 @@ def test_a_confident_llm_ends_the_pause_at_once_an_unsure_one_waits(clips: Path)
     # Without the hint the pause is decided at its deadline (text_hint_wait_ms later).
     assert at_once < ASRConfig().text_hint_wait_ms / 20 - 1 <= no_hint < unsure
     assert unsure * 20 >= 600  # "Go forward ten meters" is no end with P 1e-9
+
+
+def test_a_pause_with_no_llm_probability_is_decided_by_whispers_voice(
+    clips: Path, natural_dir: Path, models
+) -> None:
+    """A backend with no probability to give (no probe, a server without logprobs) says
+    so at once. The pause is then decided by the fusion fitted without the LLM's term,
+    on Whisper's closing probability, not by the 300 ms silence rule: a closed sentence
+    still ends at the floor, and JFK's "And so my fellow Americans," (Whisper reads the
+    voice as less sure of a close: 0.96 against 0.98) waits past the rule (it cut every
+    such pause; docs/asr.md, "Session 21")."""
+    from tests.asr.natural import natural_turns
+
+    floor_frames = (EAGERNESS["medium"].min_wait_ms - 150) / 20
+    closed = _frames_from_speculative_end_to_final(clips, math.nan)
+    assert floor_frames - 1 <= closed <= floor_frames + 2
+    (jfk,) = [turn for turn in natural_turns(natural_dir, clips, models.vad) if turn.name == "jfk"]
+    first_pause = jfk.pauses[0][0]
+    hangs = _frames_from_speculative_end_to_final(clips, math.nan, jfk.audio[:first_pause])
+    assert hangs >= floor_frames + 5, hangs  # 100 ms or more past the silence rule
+    assert hangs * 20 + 150 < ASRConfig().turn_fallback_ms  # and no fallback: it was heard
