@@ -56,8 +56,8 @@ class ASRConfig:
     turn_fallback_ms: int = 2500
     # The LLM's P(end of turn) is awaited this much more silence after the SpeculativeEnd
     # (it comes with the reply's first token, ~40-90 ms from the native engine here);
-    # past it the pause is decided without it (asr/turn_end.py WEIGHTS_NO_TEXT: the fit
-    # with Whisper's closing probability and the words' rule). The silence is counted as the
+    # past it the pause ends as the silence rule ends it (a backend that says it has
+    # none gets asr/turn_end.py WEIGHTS_NO_TEXT instead). The silence is counted as the
     # VAD reads it, and it reads the audio that piled up during the SpeculativeEnd's
     # decode (~250 ms) at once, so this leaves the LLM ~250 ms of wall time: a remote
     # backend gets 1000 ms (pipeline/config.py REMOTE_TEXT_HINT_WAIT_MS). A backend

@@ -223,7 +223,7 @@ class ASRStream:
             and utterance.pending is not None
             and self._endpointer.silence_ms >= utterance.pending.deadline_ms
         ):
-            events += self._decide(utterance, None, now)
+            events += self._decide(utterance, None, now, told=False)
             utterance = self._utterance
         if (
             utterance is not None
@@ -313,7 +313,11 @@ class ASRStream:
         ValueError if either is out of range."""
         self.config = replace(self.config, eagerness=eagerness, turn_fallback_ms=fallback_ms)
 
-    def _decide(self, utterance: _Utterance, text_prob: float | None, now: int) -> list[ASREvent]:
+    def _decide(
+        self, utterance: _Utterance, text_prob: float | None, now: int, told: bool = True
+    ) -> list[ASREvent]:
+        """`told`: the LLM's answer came (a probability, or None: it has none); False at
+        the deadline, when nothing came within text_hint_wait_ms of silence."""
         self.score_pending()
         pending = utterance.pending
         assert pending is not None
@@ -321,10 +325,13 @@ class ASRStream:
         started = time.perf_counter_ns()
         weights: Weights | None = self._weights
         if text_prob is None and self._weights.text:
-            # The LLM's probability did not come (a backend that does not probe, a server
-            # without logprobs, a probe too late): the fusion fitted without that term
-            # decides, not a guess at the missing value (docs/asr.md, "Session 21").
-            weights = self._weights_no_text
+            # The LLM says it has no probability (a backend that does not probe, a server
+            # without logprobs, a remote probe past its grace): the fusion fitted without
+            # that term decides, not a guess at the missing value. Nothing at all by the
+            # deadline (an overloaded LLM, or audio fed faster than real time, where the
+            # silence outruns the wall clock): the silence rule, as the pause has already
+            # lasted text_hint_wait_ms (docs/asr.md, "Session 21").
+            weights = self._weights_no_text if told else None
         signals = TurnSignals(pending.text, pending.audio_prob, text_prob, pending.closing_prob)
         end_prob = end_probability(signals, weights or self._weights)
         if weights is None:  # no such fit for these weights: the silence rule
