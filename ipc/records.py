@@ -65,7 +65,9 @@ class ControlOp(IntEnum):
     SHUTDOWN = 4
     SYSTEM_PROMPT = 5  # LLM only: the session's system prompt, UTF-8 after CONTROL_BODY
     VOICE_SPEED = 6  # TTS only: the session's voice speed; argument = speed x 1000
-    HEARD = 7  # LLM only: what the user heard of turn_id's cut reply, UTF-8 after CONTROL_BODY
+    # LLM only: what the user heard of turn_id's cut reply, UTF-8 after CONTROL_BODY;
+    # argument 1: the user went on with that turn (the next one continues it)
+    HEARD = 7
     # ASR only: the LLM's P(end of turn) for turn_id's pause, TURN_HINT after CONTROL_BODY
     TURN_HINT = 8
     # ASR only: the session's eagerness (UTF-8 after CONTROL_BODY); argument = fallback ms

@@ -41,19 +41,44 @@ class Dialogue:
         # Turn id -> its exchange (that very tuple): a cut reply is replaced by what the
         # user heard of it. Only recent turns can be cut, so only those are kept.
         self._by_turn: dict[int, tuple[str, str]] = {}
+        # The words of a turn the user went on with after its reply was cut (`heard`,
+        # continued): the next user turn starts with them.
+        self.carried = ""
+
+    def user_text(self, text: str) -> str:
+        """The user's turn as the prompt and the history hold it: `text` after the words
+        carried from a turn the user went on with (without Whisper's closing period,
+        which was the pause, not the sentence's end)."""
+        if not self.carried:
+            return text
+        carried = self.carried.strip()
+        if carried.endswith("."):
+            carried = carried.rstrip(". ")
+        return f"{carried} {text}" if text else carried
 
     def add(self, turn_id: int, user: str, assistant: str) -> None:
+        user, self.carried = self.user_text(user), ""
         exchange = (user, assistant)
         self.exchanges.append(exchange)
         self._by_turn[turn_id] = exchange
         for old in sorted(self._by_turn)[:-4]:
             del self._by_turn[old]
 
-    def heard(self, turn_id: int, heard: str, user: str | None) -> None:
+    def heard(self, turn_id: int, heard: str, user: str | None, continued: bool = False) -> None:
         """Turn `turn_id`'s reply was cut: the history keeps what the user heard of it.
-        `user`: the turn's transcript when its reply was aborted before it finished."""
+        `user`: the turn's transcript when its reply was aborted before it finished.
+        `continued`: the user went on with that turn, so its words open the next user
+        turn and the cut reply leaves the history."""
         old = self._by_turn.get(turn_id)
         index = next((i for i, e in enumerate(self.exchanges) if e is old), None)
+        if continued:
+            if index is not None and old is not None:
+                del self.exchanges[index]
+                del self._by_turn[turn_id]
+                self.carried = old[0]  # it already holds what was carried into it
+            elif user is not None:
+                self.carried = self.user_text(user)
+            return
         if index is not None and old is not None:
             self.exchanges[index] = self._by_turn[turn_id] = (old[0], heard)
         elif user is not None:
@@ -98,5 +123,5 @@ class Dialogue:
 
     def _render(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
         system = {"role": "system", "content": self.system_prompt or config.system_prompt}
-        user = {"role": "user", "content": user_text}
+        user = {"role": "user", "content": self.user_text(user_text)}
         return backend.render([system, *self.messages(), user])

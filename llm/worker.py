@@ -226,6 +226,8 @@ class LLMHandler(TableHandler):
         if log.isEnabledFor(logging.DEBUG):
             history = json.dumps(dialogue.messages())
             log.debug("session %d turn %d history %s", record.session_id, record.turn_id, history)
+            user = json.dumps(dialogue.user_text(text))
+            log.debug("session %d turn %d user %s", record.session_id, record.turn_id, user)
         open_prompt = self.open_prompts.pop(record.session_id, None)
         if open_prompt is not None and open_prompt.turn_id == record.turn_id:
             # Completed with what the final transcript adds, or replaced where it revised
@@ -256,16 +258,17 @@ class LLMHandler(TableHandler):
         return self.dialogues[session_id]
 
     def _on_control(self, record: Record) -> None:
-        op, _ = CONTROL_BODY.unpack_from(record.payload)
+        op, argument = CONTROL_BODY.unpack_from(record.payload)
         if op == ControlOp.SYSTEM_PROMPT:
             prompt = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
             self._dialogue(record.session_id).system_prompt = prompt
             self._drop_open_prompt(record.session_id)  # prefilled under the old prompt
             return
-        if op == ControlOp.HEARD:
+        if op == ControlOp.HEARD:  # argument 1: the user went on with that turn
             heard = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
             user = self.cut.pop((record.session_id, record.turn_id), None)
-            self._dialogue(record.session_id).heard(record.turn_id, heard, user)
+            continued = bool(argument)
+            self._dialogue(record.session_id).heard(record.turn_id, heard, user, continued)
             self._drop_open_prompt(record.session_id)  # prefilled over the old history
             return
         if op not in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):

@@ -41,6 +41,12 @@ class PipelineConfig:
     # > 0: the speech must also reach this many words in an ASR partial (or the final
     # transcript) before it cuts the reply, so a "mhm" or a cough does not (0 = off).
     barge_in_min_words: int = 0
+    # A barge-in by speech that starts within this much silence after the cut turn's
+    # speech ended is the user going on with that turn, not a new one (the end of turn
+    # came too soon): the LLM answers both as one user turn, and the reply they cut leaves
+    # no trace in the history. 0 = off: every barge-in starts a new turn. Natural mid-turn
+    # pauses run 0.2-1.7 s (docs/asr.md, "The natural-pause set").
+    continue_turn_ms: int = 1500
     # One spare process per stage, models loaded, blocked until a stage dies: recovery
     # in milliseconds instead of a cold start (seconds). Costs one model copy per stage.
     warm_standby: bool = False
@@ -64,6 +70,10 @@ class PipelineConfig:
             raise ValueError("max_restarts must be >= 0")
         if not 0 <= self.standby_nice <= 19:
             raise ValueError(f"standby_nice must be in 0..19, got {self.standby_nice}")
+        if not 0 <= self.continue_turn_ms <= 10_000:
+            raise ValueError(
+                f"continue_turn_ms must be in 0..10000 (0 = off), got {self.continue_turn_ms}"
+            )
         if not 0 <= self.barge_in_min_words <= 20:
             raise ValueError(
                 f"barge_in_min_words must be in 0..20 (0 = off), got {self.barge_in_min_words}"

@@ -145,7 +145,7 @@ class MicSession:
     def barge_in(self) -> None:
         # Replies exist only for finalized turns: stop those, keep the one being spoken.
         floor = self._last_final_turn + 1
-        self.pipeline.new_turn(self.session_id, floor)
+        self.pipeline.new_turn(self.session_id, floor, speech=True)
         self.speaker.clear()
         for turn in [t for t in self._resamplers if t < floor]:
             del self._resamplers[turn]

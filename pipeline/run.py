@@ -169,7 +169,7 @@ class Pipeline:
         return session
 
     def _barge_in(self, session: Session, turn_id: int) -> None:
-        self.new_turn(session.session_id, turn_id)
+        self.new_turn(session.session_id, turn_id, speech=True)
         session.sink.on_text(turn_id, "response.audio.clear", "")
 
     def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int, channels: int = 1) -> int:
@@ -189,8 +189,11 @@ class Pipeline:
         """The speech ends here: the ASR finalizes the open utterance."""
         self.supervisor.audio_in.send(RecordKind.END_OF_INPUT, session_id=session_id)
 
-    def new_turn(self, session_id: int, turn_id: int) -> None:
-        """Barge-in: every stage drops the session's turns older than `turn_id`."""
+    def new_turn(self, session_id: int, turn_id: int, speech: bool = False) -> None:
+        """Barge-in: every stage drops the session's turns older than `turn_id`.
+        `speech`: the cut comes from the user speaking turn `turn_id`; where that speech
+        began within `continue_turn_ms` of a cut turn's end, the user went on with that
+        turn, and the LLM answers the two as one (HEARD's argument 1)."""
         self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id)
         session = self.router.sessions.get(session_id)
         if session is not None:
@@ -198,15 +201,26 @@ class Pipeline:
             # on its events ring and may not all have been read yet. (The cut is decided
             # on the ASR's events: that ring is not the one drained here.)
             self.supervisor.drain_events(("tts",))
+            now_ns = time.perf_counter_ns()
+            continued = frozenset(
+                turn for turn, _ in session.heard_before(turn_id, now_ns)
+                if speech and self._continues(session, turn, turn_id)
+            )  # fmt: skip
             # Behind NEW_TURN on the same ring: the LLM has aborted the reply by then.
-            for cut_turn, heard in session.new_turn(turn_id, time.perf_counter_ns()):
+            for cut_turn, heard in session.new_turn(turn_id, now_ns, continued):
                 self.supervisor.control(
                     ControlOp.HEARD,
+                    int(cut_turn in continued),
                     session_id=session_id,
                     turn_id=cut_turn,
                     stages=("llm",),
                     text=heard.encode(),
                 )
+
+    def _continues(self, session: Session, cut_turn: int, turn_id: int) -> bool:
+        window = self.supervisor.config.continue_turn_ms
+        gap = session.speech_gap_ms(cut_turn, turn_id)
+        return bool(window) and gap is not None and 0 <= gap <= window
 
     def set_system_prompt(self, session_id: int, prompt: str) -> None:
         self.supervisor.control(

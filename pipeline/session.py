@@ -152,15 +152,22 @@ class Session:
                     del trace.stamps[stamp]
             trace.speculative_retracts += 1
 
-    def new_turn(self, turn_id: int, at_ns: int | None = None) -> list[tuple[int, str]]:
+    def new_turn(
+        self, turn_id: int, at_ns: int | None = None, continued: frozenset[int] = frozenset()
+    ) -> list[tuple[int, str]]:
         """Barge-in: end every turn older than `turn_id` and drop its leftovers.
 
         A turn that had a reply under way is written to the trace sink marked as barged
-        in, with the audio it had sent so far and what of it was heard; one that never
-        reached the LLM is dropped. Returns (turn, heard text) for every reply the cut
-        left partly unheard (`heard_before`), for the LLM's dialogue history.
+        in, with the audio it had sent so far and what of it was heard (and `continued`
+        if it is in `continued`: the user went on with it); one that never reached the
+        LLM is dropped. Returns (turn, heard text) for every reply the cut left partly
+        unheard (`heard_before`), for the LLM's dialogue history.
         """
         at_ns = at_ns or time.perf_counter_ns()
+        for turn in continued:
+            trace = self.turns.get(turn) or self._playing.get(turn)
+            if trace is not None:
+                trace.continued = True
         heard = self.heard_before(turn_id, at_ns)
         self.min_turn = max(self.min_turn, turn_id)
         self.gate.forget_before(self.min_turn)
@@ -195,6 +202,18 @@ class Session:
         """Writes every row still waiting for its audio to play (input ended, closing)."""
         for turn in sorted(self._playing):
             self._write(self._playing.pop(turn))
+
+    def speech_gap_ms(self, turn_id: int, later_turn: int) -> float | None:
+        """The silence from the end of `turn_id`'s speech to the start of `later_turn`'s,
+        as the ASR stamped them (None while either is unknown)."""
+        earlier = self.turns.get(turn_id) or self._playing.get(turn_id)
+        later = self.turns.get(later_turn)
+        if earlier is None or later is None:
+            return None
+        end, start = earlier.stamps.get(Stamp.SPEECH_END), later.stamps.get(Stamp.SPEECH_START)
+        if not end or not start:
+            return None
+        return (start - end) / 1e6
 
     def heard_before(self, turn_id: int, now_ns: int) -> list[tuple[int, str]]:
         """(turn, heard text) for every reply older than `turn_id` that a cut at `now_ns`
@@ -303,6 +322,7 @@ class Session:
             return
         trace = self.trace(record.turn_id)
         if stamp == Stamp.SPEECH_START:
+            trace.mark(stamp, record.stamp_ns)  # before the barge-in rule reads it
             self.sink.on_text(record.turn_id, "speech.started", "")
             if self.on_speech_start is not None:
                 self.on_speech_start(self, record.turn_id)

@@ -59,6 +59,15 @@ def _bare(word: str) -> str:
     return word.strip(",;:.?!…—-")
 
 
+def _users(log_path) -> dict[int, str]:
+    """Turn -> the user's words its LLM request answered (the LLM's debug log)."""
+    found = {}
+    for line in log_path.read_text().splitlines():
+        if match := re.search(r"turn (\d+) user (.*)$", line):
+            found[int(match.group(1))] = json.loads(match.group(2))
+    return found
+
+
 def _histories(log_path) -> dict[int, list[dict[str, str]]]:
     """Turn -> the dialogue history its LLM request was built on (the LLM's debug log)."""
     found = {}
@@ -77,8 +86,11 @@ def test_speaking_over_a_reply_cuts_it_and_answers_the_new_turn(clips_dir, tmp_p
 
     async def scenario():
         # Each clip ends its turn after 300 ms of its trailing silence (the learned end
-        # may wait longer than the silence fed here: its own tests feed more).
-        async with Pipeline(PipelineConfig(asr={"turn_detection": "silence"})) as pipeline:
+        # may wait longer than the silence fed here: its own tests feed more). The second
+        # clip starts ~0.6 s after the first ends: a new turn here, not the user going on
+        # with the first (continue_turn_ms, tested below).
+        config = PipelineConfig(asr={"turn_detection": "silence"}, continue_turn_ms=0)
+        async with Pipeline(config) as pipeline:
             sink = TimedSink()
             session = pipeline.open_session(sink, "test")
             await pipeline.feed(session.session_id, first, realtime=True)
@@ -170,3 +182,31 @@ def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
     assert cut_turn > short_turn
     before = [text for turn, kind, text in texts[: clears[0]] if turn == cut_turn]
     assert any(count_words(text) >= 3 for text in before), before
+
+
+def test_a_user_who_goes_on_after_a_cut_is_answered_as_one_turn(natural_dir, tmp_path, monkeypatch):
+    """JFK's "ask not" on the 300 ms silence rule: every comma pause (0.6-1.2 s) ends the
+    turn, the reply starts, and JFK speaks over it. Each cut is the user going on
+    (within continue_turn_ms of the turn's end), so the last request answers the whole
+    sentence, and the replies cut over him are not in its history."""
+    monkeypatch.setenv("VOXRELAY_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("VOXRELAY_LOG_LEVEL", "DEBUG")
+    clip = read_clip(natural_dir / "jfk.wav").with_silence(3.0)
+
+    async def scenario():
+        async with Pipeline(PipelineConfig(asr={"turn_detection": "silence"})) as pipeline:
+            result = await pipeline.run_clip(clip)
+            assert not result.errors, result.errors
+            return [trace.to_dict() for trace in result.traces]
+
+    rows = asyncio.run(scenario())
+    cut = [row for row in rows if row["barge_in_ns"]]
+    assert cut, [row["transcript"] for row in rows]  # the silence rule did cut him
+    assert all(row["continued"] for row in cut), cut
+    answered = [row for row in rows if not row["barge_in_ns"] and row["reply_text"]]
+    assert answered, rows
+    last = answered[-1]
+    user = _users(tmp_path / "llm.log")[last["turn"]].lower()
+    assert "fellow americans" in user and "your country" in user, user
+    assert len(user) > len(last["transcript"]), (user, last["transcript"])
+    assert _histories(tmp_path / "llm.log")[last["turn"]] == [], "a cut reply stayed"

@@ -14,7 +14,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "traces.jsonl"
 def _documented() -> set[str]:
     text = (ROOT / "docs" / "traces.md").read_text()
     # First cell of a table row: | `name` | type | meaning |
-    return set(re.findall(r"^\| `([a-z_]+)` \| (?:int|float|str) \|", text, re.MULTILINE))
+    return set(re.findall(r"^\| `([a-z_]+)` \| (?:int|float|str|bool) \|", text, re.MULTILINE))
 
 
 def _full_trace() -> TurnTrace:
