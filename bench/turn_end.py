@@ -11,7 +11,9 @@ at real-time pace, followed by 3 s of silence:
   seeded) put in, one variant per boundary;
 - requests (tests/asr/spoken_requests.py): 24 things users say to a voice agent
   (questions, requests, answers), synthetic, spoken by the bundled Piper voice: the
-  wait after a whole question, which the other two sets barely hold.
+  wait after a whole question, which the other two sets barely hold;
+- lecture (tests/asr/natural.py `lecture_turns`): one lecturer holding the floor for
+  60 s, cut into pieces at pauses: every pause is mid-turn (false cut only, no wait).
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
@@ -43,7 +45,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 
 from tests.asr.clipdata import SAMPLE_RATE, T0_NS, read_clip, silence, trim
-from tests.asr.natural import POCKETSPHINX, Turn, natural_turns
+from tests.asr.natural import POCKETSPHINX, Turn, lecture_turns, natural_turns
 from tests.asr.spoken_requests import request_turns
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import EndScored, Final, Resume, SpeculativeEnd
@@ -238,6 +240,7 @@ def run() -> dict[str, float]:
         "natural": natural,
         "splice": splice_turns(models.whisper["base"], models),
         "requests": request_turns(models.vad),
+        "lecture": lecture_turns(asset_path("naturalclips"), models.vad),
     }
     outcomes = evaluate(models, sets)
     results = {
@@ -245,6 +248,7 @@ def run() -> dict[str, float]:
         "turn_end.turns.natural": float(len(natural)),
         "turn_end.pauses.splice": float(len(sets["splice"])),
         "turn_end.turns.requests": float(len(sets["requests"])),
+        "turn_end.pauses.lecture": float(sum(len(t.pauses) for t in sets["lecture"])),
     }
     for detector, by_set in outcomes.items():
         suffix = "" if detector == "learned" else f".{detector}"
@@ -253,6 +257,8 @@ def run() -> dict[str, float]:
             key = f"{set_name}{suffix}"
             cut_pct = 100 * outcome.cut / max(outcome.pauses, 1)
             results[f"turn_end.false_cut_pct.{key}"] = round(cut_pct, 1)
+            if not outcome.waits_ms:  # the lecture has no true end to wait after
+                continue
             results[f"turn_end.mean_wait_ms.{key}"] = round(float(np.mean(outcome.waits_ms)), 1)
             results[f"turn_end.p50_wait_ms.{key}"] = round(float(np.median(outcome.waits_ms)), 1)
     decisions = outcomes["learned"]["natural"].decision_ms or [0.0]
@@ -285,6 +291,10 @@ def smart_turn_cost(turns: list[Turn], rounds: int = 3) -> dict[str, float]:
     }
 
 
+def _suffix(detector: str) -> str:
+    return "" if detector == "learned" else f".{detector}"
+
+
 def table(results: dict[str, float]) -> str:
     lines = [
         f"turn-taking (eot-bench): {results['turn_end.pauses.natural']:.0f} natural mid-turn "
@@ -302,6 +312,13 @@ def table(results: dict[str, float]) -> str:
             f"{results[f'turn_end.mean_wait_ms.splice{suffix}']:>15.0f} "
             f"{results[f'turn_end.mean_wait_ms.requests{suffix}']:>17.0f}"
         )
+    lines.append(
+        f"one lecturer holding the floor ({results['turn_end.pauses.lecture']:.0f} pauses), "
+        "false cut %: "
+        + ", ".join(
+            f"{d} {results[f'turn_end.false_cut_pct.lecture{_suffix(d)}']:.1f}" for d in DETECTORS
+        )
+    )
     lines.append(
         f"decision cost p50 {results['turn_end.decision_ms.p50']:.1f} ms, "
         f"p95 {results['turn_end.decision_ms.p95']:.1f} ms (the fusion, in the ASR)"

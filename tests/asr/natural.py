@@ -12,6 +12,8 @@ Turns (docs/asr.md, "The natural-pause set" says how they were chosen and labell
 - A read sentence with a pause at its comma (pocketsphinx's VAD test `leak-test`, 8 kHz).
 - The other pocketsphinx clips (`testclips`): LibriVox sentences, spoken lists of cards
   and numbers, short commands; one turn each.
+- Apart (`lecture_turns`, its own set in bench/turn_end.py): 60 s of one lecturer
+  holding the floor, cut at pauses into pieces; every pause is mid-turn.
 
 Labels come from the turn bounds, never from a fixed rule: every pause inside a turn
 (a run of unvoiced Silero windows of at least MIN_PAUSE_MS between voiced ones) is a
@@ -51,6 +53,9 @@ CALL_TAIL_S = 0.15
 CALL_HEAD_S = 0.0
 # Silence this long inside a recording of one voice is another speaker's turn.
 SPLIT_S = 2.5
+# The lecture is cut at pauses into pieces no longer than this (the ASR cuts an
+# utterance at max_utterance_s, 20 s, inside speech).
+LECTURE_PIECE_S = 18.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,37 @@ def natural_turns(natural_dir: Path, testclips_dir: Path, vad_model: object) -> 
     named.append(("leak-test", trim(_resampled(testclips_dir / "vad/leak-test.wav"))))
     named += [(name, trim(read_clip(testclips_dir / name))) for name in POCKETSPHINX]
     return [_label(name, audio, vad_model) for name, audio in named]
+
+
+def lecture_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
+    """60 s of one lecturer who holds the floor throughout (silero-vad's test recording,
+    the `naturalclips` asset): every pause in it is mid-turn, none is an end. Cut in the
+    middle of as few of its pauses as keep every piece within LECTURE_PIECE_S (ties: the
+    longer pauses are cut; the pauses cut at are left out); no piece has a true end."""
+    audio = read_clip(natural_dir / "lecture.wav")
+    pauses = _label("lecture", audio, vad_model).pauses
+    limit = int(LECTURE_PIECE_S * SAMPLE_RATE)
+    points = [0, *((a + b) // 2 for a, b in pauses), audio.size]
+    lengths = [0, *(b - a for a, b in pauses), 0]
+    # best[i]: (cuts, -pause samples cut) of the fewest cuts from the start to point i.
+    best: list[tuple[int, int] | None] = [(0, 0)] + [None] * (len(points) - 1)
+    before = [0] * len(points)
+    for i in range(1, len(points)):
+        for j in range(i):
+            if best[j] is not None and points[i] - points[j] <= limit:
+                cuts, cut = best[j]  # type: ignore[misc]
+                score = (cuts + 1, cut - lengths[i])
+                if best[i] is None or score < best[i]:  # type: ignore[operator]
+                    best[i], before[i] = score, j
+    assert best[-1] is not None, f"lecture: a stretch longer than {LECTURE_PIECE_S} s"
+    chosen, i = [], len(points) - 1
+    while i:
+        chosen.append(points[i])
+        i = before[i]
+    cuts = [0, *reversed(chosen)]
+    pieces = [audio[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    turns = [_label(f"lecture/{i}", piece, vad_model) for i, piece in enumerate(pieces)]
+    return [Turn(t.name, t.audio, t.pauses, t.speech_end, true_end=False) for t in turns]
 
 
 def _call_turns(natural_dir: Path) -> list[tuple[str, np.ndarray]]:
