@@ -250,7 +250,7 @@ class AsyncBackend:
             raise
         except RequestRejected as exc:
             log.warning("the LLM server refused the end-of-turn probe (%s); it is off, and "
-                        "pauses end on the silence rule", exc)  # fmt: skip
+                        "pauses are decided without the LLM's probability", exc)  # fmt: skip
         except Exception as exc:  # a lost server: the reply's own request says so
             log.info("end-of-turn probe failed: %s", exc)
             return None

@@ -78,6 +78,7 @@ class _Reply:
     parts: list[str] = field(default_factory=list)
     committed: bool = True  # False while started from a SPECULATIVE_END, until FINAL
     finish_reason: str = ""  # set when generation ended, maybe before the commit
+    probed: bool = False  # its request went out with an end-of-turn probe
     limit: SentenceLimit = field(default_factory=lambda: SentenceLimit(0))
 
     @property
@@ -238,8 +239,9 @@ class LLMHandler(TableHandler):
             if open_prompt is not None:
                 self.backend.abort(open_prompt.request_id)
             request_id = next(self._request_ids)
+        reply.probed = self.backend.probes_end_of_turn
         self.backend.submit(request_id, prompt)
-        if not committed and not self.backend.probes_end_of_turn:
+        if not committed and not reply.probed:
             # No probability will come: the ASR need not wait for one (asr/turn_end.py).
             self.events.stamp(record.session_id, record.turn_id, Stamp.TURN_END_PROB, -1)
         self.replies[request_id] = reply
@@ -309,9 +311,10 @@ class LLMHandler(TableHandler):
                     # The ASR ends a learned pause on it (asr/turn_end.py), via the supervisor.
                     value = round(output.probe_prob * PROB_SCALE)
                     self.events.stamp(reply.session_id, reply.turn_id, Stamp.TURN_END_PROB, value)
-                elif not reply.committed and self.backend.probes_end_of_turn:
-                    # The probe could not be read (a remote one failed or came late): the
-                    # ASR decides the pause now instead of waiting out text_hint_wait_ms.
+                elif not reply.committed and reply.probed:
+                    # The probe could not be read (a remote one failed, came late, or was
+                    # refused, which turns the backend's probing off): the ASR decides the
+                    # pause now instead of waiting out text_hint_wait_ms.
                     self.events.stamp(reply.session_id, reply.turn_id, Stamp.TURN_END_PROB, -1)
                 # Ready before the end of the turn: prefilled from partials, or served by
                 # the prefix cache (system prompt, dialogue, shared partial blocks).

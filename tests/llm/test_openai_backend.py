@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -152,10 +153,10 @@ def test_the_servers_end_of_turn_probability_rides_on_the_first_token(
     assert backend.probes_end_of_turn
 
 
-def test_a_server_that_refuses_logprobs_turns_the_probe_off(model_path: Path) -> None:
-    """A real socket to a server that answers `logprobs` with a 400: the reply still
-    streams, its first token carries no probability, and no more probes are sent."""
-    bodies: list[dict[str, object]] = []
+@contextmanager
+def _refusing_server(bodies: list[dict[str, object]]) -> Iterator[str]:
+    """A real server on a socket that answers `logprobs` with a 400 and streams "Hi."
+    otherwise; every request body goes to `bodies`. Yields its base URL."""
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -181,23 +182,75 @@ def test_a_server_that_refuses_logprobs_turns_the_probe_off(model_path: Path) ->
     port = runner.addresses[0][1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    client = make_backend(model_path, f"http://127.0.0.1:{port}/v1", warm_prefix=False)
     try:
-        prompt = client.render([{"role": "user", "content": "Hello there"}])
-        client.submit(1, prompt)
-        outputs = collect(client, 1)
-        assert "".join(out.text for out in outputs) == "Hi." and outputs[0].probe_prob is None
-        assert not client.probes_end_of_turn
-        client.submit(2, prompt)
-        collect(client, 2)
-        # One probe, beside the first reply; none beside the second.
-        assert len(bodies) == 3 and ["logprobs" in body for body in bodies[-1:]] == [False]
-        assert sum("logprobs" in body for body in bodies) == 1, bodies
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
-        client.close()
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+def test_a_server_that_refuses_logprobs_turns_the_probe_off(model_path: Path) -> None:
+    """A real socket to a server that answers `logprobs` with a 400: the reply still
+    streams, its first token carries no probability, and no more probes are sent."""
+    bodies: list[dict[str, object]] = []
+    with _refusing_server(bodies) as url:
+        client = make_backend(model_path, url, warm_prefix=False)
+        try:
+            prompt = client.render([{"role": "user", "content": "Hello there"}])
+            client.submit(1, prompt)
+            outputs = collect(client, 1)
+            assert "".join(out.text for out in outputs) == "Hi." and outputs[0].probe_prob is None
+            assert not client.probes_end_of_turn
+            client.submit(2, prompt)
+            collect(client, 2)
+            # One probe, beside the first reply; none beside the second.
+            assert len(bodies) == 3 and ["logprobs" in body for body in bodies[-1:]] == [False]
+            assert sum("logprobs" in body for body in bodies) == 1, bodies
+        finally:
+            client.close()
+
+
+def test_the_reply_whose_probe_was_refused_tells_the_asr_at_once(model_path: Path) -> None:
+    """The refusal turns the backend's probing off while that very reply streams: the
+    LLM stage still stamps its "no probability" (-1), or the ASR would wait out
+    text_hint_wait_ms for a probability that is not coming."""
+    from tests.llm.stage import FakeSender
+    from voxrelay.ipc.records import Record, RecordKind, Stamp
+    from voxrelay.llm.worker import LLMHandler
+
+    class Stamps:
+        def __init__(self) -> None:
+            self.turn_end: list[tuple[int, int]] = []
+
+        def stamp(self, session_id: int, turn_id: int, point: Stamp, value: int = 0,
+                  **_: object) -> None:  # fmt: skip
+            if point == Stamp.TURN_END_PROB:
+                self.turn_end.append((turn_id, value))
+
+        def commit(self, *args: object) -> None:
+            pass
+
+        def error(self, *args: object) -> None:
+            raise AssertionError(f"stage error: {args}")
+
+    bodies: list[dict[str, object]] = []
+    with _refusing_server(bodies) as url:
+        openai = {"base_url": url, "model": "smollm2", "warm_prefix": False}
+        settings = {"model_path": str(model_path), "backend": "openai", "openai": openai}
+        events = Stamps()
+        handler = LLMHandler(settings, FakeSender(), events)  # type: ignore[arg-type]
+        try:
+            assert handler.backend.probes_end_of_turn
+            handler.handle(Record(RecordKind.SPECULATIVE_END, 0, 1, 1, 0, 0, b"Hello there."))
+            deadline = time.monotonic() + 30
+            while not events.turn_end and time.monotonic() < deadline:
+                handler.step()
+                time.sleep(0.01)
+            assert events.turn_end == [(1, -1)], events.turn_end
+            assert not handler.backend.probes_end_of_turn
+        finally:
+            handler.backend.close()
 
 
 def test_end_of_turn_probability_from_top_logprobs() -> None:
