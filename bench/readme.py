@@ -81,6 +81,16 @@ ROWS: tuple[tuple[str, str], ...] = (
         "turn_end.false_cut_pct.splice.learned_no_llm",
     ),
     (
+        "turn-taking, a lecturer holding the floor: pauses ended on, learned end (%)",
+        "turn_end.false_cut_pct.lecture",
+    ),
+    ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.lecture.vad"),
+    ("... ended on, words' rule + 300 ms (%)", "turn_end.false_cut_pct.lecture.rules"),
+    (
+        "... ended on, learned end with no LLM probability (%)",
+        "turn_end.false_cut_pct.lecture.learned_no_llm",
+    ),
+    (
         "turn-taking, spoken requests (synthetic): mean wait, learned end (ms)",
         "turn_end.mean_wait_ms.requests",
     ),
