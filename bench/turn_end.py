@@ -2,7 +2,7 @@
 detector end the turn on (false cut), and how long does it wait after the turn's true
 end (mean wait, fallbacks included)?
 
-Two sets, every turn streamed through a fresh `ASRStream` (Whisper base, the one-session
+Four sets, every turn streamed through a fresh `ASRStream` (Whisper base, the one-session
 model; partials off: the end of turn reads the decode at the pause) with arrival times
 at real-time pace, followed by 3 s of silence:
 - natural (tests/asr/natural.py): real turns with their speakers' own pauses;
@@ -28,9 +28,9 @@ Smart Turn's own cost, side by side in the same run: the shipped int8 graph agai
 float-softmax edit the ASR loads (asr/turn_model.py), interleaved on the natural set's
 pause windows, one thread each, while nothing else runs.
 
-`python -m bench.turn_end --fit` refits asr/turn_end.py's WEIGHTS on both sets;
+`python -m bench.turn_end --fit` refits asr/turn_end.py's WEIGHTS on every set's pauses;
 `--replay` lists the natural set's pauses, each scored on its own, and replays the
-eagerness presets over both sets (`replay`: a policy's trade-off in a second).
+eagerness presets over every set (`replay`: a policy's trade-off in a second).
 """
 
 from __future__ import annotations
@@ -364,7 +364,7 @@ class ScoredPause:
 
 
 def scored_pauses() -> list[ScoredPause]:
-    """Every pause of the three sets, each scored on its own: the stream never ends a pause
+    """Every pause of the four sets, each scored on its own: the stream never ends a pause
     before the speaker resumes (the decision always waits, the words' rule does not
     hold), so no cut changes what the next pause hears. The last pause of a turn
     without a true end is left out."""
@@ -373,6 +373,7 @@ def scored_pauses() -> list[ScoredPause]:
     sets = [("natural", turn) for turn in natural]
     sets += [("splice", turn) for turn in splice_turns(models.whisper["base"], models)]
     sets += [("requests", turn) for turn in request_turns(models.vad)]
+    sets += [("lecture", turn) for turn in lecture_turns(asset_path("naturalclips"), models.vad)]
     probe = text_prober()
     never = Weights(0.0, 0.0, 0.0, 0.0, 0.0, -50.0)
     config = replace(SMART_TURN, turn_detection="learned", turn_fallback_ms=10_000)
