@@ -8,7 +8,8 @@ at real-time pace, followed by 3 s of silence:
 - natural (tests/asr/natural.py): real turns with their speakers' own pauses;
 - splice: each of the 15 pocketsphinx clips cut at one word boundary (Whisper's word
   times, moved to the quietest 20 ms within 100 ms) with a pause of 0.2-2.5 s (uniform,
-  seeded) put in, one variant per boundary;
+  seeded) put in, one variant per boundary; as in the natural set, the end of a clip cut
+  out of a continuous reading (LibriVox, "forever") is no true end: the reader goes on;
 - requests (tests/asr/spoken_requests.py): 24 things users say to a voice agent
   (questions, requests, answers), synthetic, spoken by the bundled Piper voice: the
   wait after a whole question, which the other two sets barely hold;
@@ -45,7 +46,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 
 from tests.asr.clipdata import SAMPLE_RATE, T0_NS, read_clip, silence, trim
-from tests.asr.natural import POCKETSPHINX, Turn, lecture_turns, natural_turns
+from tests.asr.natural import CONTINUED, POCKETSPHINX, Turn, lecture_turns, natural_turns
 from tests.asr.spoken_requests import request_turns
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import EndScored, Final, Resume, SpeculativeEnd
@@ -207,7 +208,8 @@ def splice_turns(aligner: WhisperModel, models: ASRModels) -> list[Turn]:
             pause = int(rng.uniform(0.2, 2.5) * SAMPLE_RATE)
             audio = np.concatenate([clip[:at], silence(pause / SAMPLE_RATE), clip[at:]])
             end = audio.size - int(0.1 * SAMPLE_RATE)  # trim's margin after the words
-            turns.append(Turn(f"{name}@{at}", audio, ((at, at + pause),), end))
+            true_end = not name.startswith(CONTINUED)  # its pause counts, its end does not
+            turns.append(Turn(f"{name}@{at}", audio, ((at, at + pause),), end, true_end))
     return turns
 
 
