@@ -143,7 +143,10 @@ class Weights:
 # pauses of the three sets, 146 of them true ends). With Whisper's closing probability
 # in, Smart Turn's weight fell from 0.1 to 0.01: on these sets what it hears, Whisper
 # hears better (docs/asr.md, "Session 17"). A transcript ending in a trailing mark is no
-# feature of its own any more: the words' rule always holds it (1 pause in 281).
+# feature of its own any more: the words' rule always holds it (1 pause in 281). That
+# fit counted the ends of the splice set's continued-reading clips as true ends (fixed in
+# bench.turn_end since session 25); refitted without them, the replay was another point
+# on the same trade-off, not a better one, so these stay (docs/asr.md, "Session 25").
 WEIGHTS_SMART_TURN = Weights(audio=0.01, text=0.19, closing=0.67, unfinished=-1.91,
                              question=-1.54, bias=0.77)  # fmt: skip
 # The default fusion, without Smart Turn: the same fit with its term dropped (a refit
