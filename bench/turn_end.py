@@ -46,7 +46,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 
 from tests.asr.clipdata import SAMPLE_RATE, T0_NS, read_clip, silence, trim
-from tests.asr.natural import CONTINUED, POCKETSPHINX, Turn, lecture_turns, natural_turns
+from tests.asr.natural import POCKETSPHINX, Turn, has_true_end, lecture_turns, natural_turns
 from tests.asr.spoken_requests import request_turns
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import EndScored, Final, Resume, SpeculativeEnd
@@ -203,12 +203,12 @@ def splice_turns(aligner: WhisperModel, models: ASRModels) -> list[Turn]:
         clip = trim(read_clip(root / name))
         segments, _ = aligner.transcribe(clip, language="en", word_timestamps=True)
         words = [word for segment in segments for word in segment.words]
+        true_end = has_true_end(name)  # a continued reading: its pause counts, its end not
         for word in words[:-1]:
             at = _quietest_near(clip, int(word.end * SAMPLE_RATE))
             pause = int(rng.uniform(0.2, 2.5) * SAMPLE_RATE)
             audio = np.concatenate([clip[:at], silence(pause / SAMPLE_RATE), clip[at:]])
             end = audio.size - int(0.1 * SAMPLE_RATE)  # trim's margin after the words
-            true_end = not name.startswith(CONTINUED)  # its pause counts, its end does not
             turns.append(Turn(f"{name}@{at}", audio, ((at, at + pause),), end, true_end))
     return turns
 

@@ -67,6 +67,12 @@ class Turn:
     true_end: bool = True  # False: the recording was cut where the speaker went on
 
 
+def has_true_end(name: str) -> bool:
+    """Whether the clip `name` ends where its speaker stops (not one cut out of a
+    continuous reading, whose reader goes on): its end counts as a turn's true end."""
+    return not name.startswith(CONTINUED)
+
+
 def natural_turns(natural_dir: Path, testclips_dir: Path, vad_model: object) -> list[Turn]:
     """Every turn of the set, labelled; `vad_model` is the shared Silero model."""
     named: list[tuple[str, np.ndarray]] = [("jfk", trim(read_clip(natural_dir / "jfk.wav")))]
@@ -180,5 +186,4 @@ def _label(name: str, audio: np.ndarray, vad_model: object) -> Turn:
             if window - run_start >= min_windows:
                 pauses.append((run_start * WINDOW_SAMPLES, window * WINDOW_SAMPLES))
             run_start = None
-    true_end = not name.startswith(CONTINUED)
-    return Turn(name, audio, tuple(pauses), (last + 1) * WINDOW_SAMPLES, true_end)
+    return Turn(name, audio, tuple(pauses), (last + 1) * WINDOW_SAMPLES, has_true_end(name))
