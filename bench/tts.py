@@ -9,24 +9,32 @@ audio = the first `AudioChunk` out of `Voice.synthesize` minus the first token's
 "partial" is the pipeline's default (the first fragment's audio comes out of the vocoder
 in chunks, tts/vocoder.py); "partial_whole" the same fragments with the vocoder run on
 each sentence whole (`first_chunk_frames=0`, the stage before session 8); "sentence"
-synthesizes the whole first sentence whole, as a sentence-streaming design does. All
-modes run on the same reply back to back, so machine load hits them alike.
+synthesizes the whole first sentence whole, as a sentence-streaming design does.
+"stage" and "ahead" drive the stage's own handler (tts/worker.py) with the deltas as token
+records, first audio = its first AUDIO_OUT record: "ahead" as it runs, starting the first
+fragment's first chunk while it waits for the delta that confirms the cut, "stage" with
+that off (`synthesize_ahead=False`). All modes run on the same reply back to back, so
+machine load hits them alike.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from voxrelay.ipc.records import TOKEN_ID, Record, RecordKind
 from voxrelay.llm.gguf_loader import GGUFFile, read_tokenizer_data
 from voxrelay.llm.tokenizer import ChatTokenizer
 from voxrelay.pipeline.models import asset_path
 from voxrelay.tts.chunker import Chunker
 from voxrelay.tts.config import TTSConfig
 from voxrelay.tts.voice import Voice
+from voxrelay.tts.worker import TTSHandler
 
 TOKEN_GAP_S = 0.045  # ~22 tok/s: the native engine's decode rate on this box
 ROUNDS = 2
@@ -42,7 +50,7 @@ REPLIES = (
 )
 # A sentence is complete once its mark is followed by a space (or the reply ends).
 _SENTENCE_END = re.compile(r"[.?!]+(?=\s)")
-MODES = ("partial", "partial_whole", "sentence")
+MODES = ("partial", "partial_whole", "sentence", "stage", "ahead")
 
 
 def _deltas(tokenizer: ChatTokenizer, text: str) -> list[str]:
@@ -86,18 +94,62 @@ def sentence_first_audio_ms(voice: Voice, deltas: list[str]) -> float:
     return _first_audio_ms(voice, text.strip(), first)
 
 
+class _FirstAudioOut:
+    """The handler's sender: notes when the first reply audio record leaves."""
+
+    def __init__(self) -> None:
+        self.first_audio = 0.0
+
+    def send(self, kind: RecordKind, *parts: bytes, **_: Any) -> bool:
+        if kind == RecordKind.AUDIO_OUT and not self.first_audio:
+            self.first_audio = time.perf_counter()
+        return True
+
+
+class _NoEvents:
+    def stamp(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def stage_first_audio_ms(handler: TTSHandler, turn: int, deltas: list[str]) -> float:
+    """The deltas as token records into the stage's handler, stepped as its loop steps
+    it (pipeline/worker.py: after each record, and while idle)."""
+    out = _FirstAudioOut()
+    handler.out = out  # type: ignore[assignment]
+    first = 0.0
+    for arrived, delta in _paced(deltas):
+        first = arrived
+        payload = TOKEN_ID.pack(0) + delta.encode()
+        handler.handle(Record(RecordKind.TOKEN, 0, 1, turn, 0, 0, payload))
+        while handler.step() and not out.first_audio:
+            pass
+        if out.first_audio:
+            break
+    handler.handle(Record(RecordKind.RESUME, 0, 1, turn, 0, 0, b""))  # drop the rest
+    assert out.first_audio, "the reply made no audio"
+    return (out.first_audio - first) * 1000
+
+
 def run() -> dict[str, float]:
     config = TTSConfig(voice_dir=asset_path("joe"))
     voice = Voice(config)
     whole = Voice(TTSConfig(voice_dir=asset_path("joe"), first_chunk_frames=0))
     tokenizer = ChatTokenizer(read_tokenizer_data(GGUFFile(asset_path("smollm2") / "model.gguf")))
     replies = [_deltas(tokenizer, reply) for reply in REPLIES]
+    events = _NoEvents()
+    stages = {
+        mode: TTSHandler({"synthesize_ahead": mode == "ahead"}, _FirstAudioOut(), events)  # type: ignore[arg-type]
+        for mode in ("stage", "ahead")
+    }
+    turns = itertools.count(1)
     first_audio: dict[str, list[float]] = {mode: [] for mode in MODES}
     for _ in range(ROUNDS):
         for deltas in replies:
             first_audio["partial"].append(partial_first_audio_ms(voice, config, deltas))
             first_audio["partial_whole"].append(partial_first_audio_ms(whole, config, deltas))
             first_audio["sentence"].append(sentence_first_audio_ms(whole, deltas))
+            for mode, handler in stages.items():
+                first_audio[mode].append(stage_first_audio_ms(handler, next(turns), deltas))
     synth_s = audio_s = 0.0
     for reply in REPLIES:
         started = time.perf_counter()
@@ -121,6 +173,9 @@ def run() -> dict[str, float]:
         results["tts.first_audio_ms.p50.partial"] / results["tts.first_audio_ms.p50.partial_whole"],
         3,
     )
+    results["tts.first_audio_ahead_over_stage"] = round(
+        results["tts.first_audio_ms.p50.ahead"] / results["tts.first_audio_ms.p50.stage"], 3
+    )
     return results
 
 
@@ -139,6 +194,10 @@ def table(results: dict[str, float]) -> str:
         f"partial / sentence p50 = {results['tts.first_audio_partial_over_sentence']:.3f}; "
         f"vocoder chunked / whole p50 = {results['tts.first_audio_chunked_over_whole']:.3f}; "
         f"synthesis RTF {results['tts.rtf']:.3f}"
+    )
+    lines.append(
+        "the stage's handler, first fragment started ahead of its cut / not: p50 "
+        f"{results['tts.first_audio_ahead_over_stage']:.3f}"
     )
     return "\n".join(lines)
 

@@ -77,18 +77,33 @@ class Chunker:
         self._pending = ""
         self._released_any = False
 
+    def tentative_first(self) -> str | None:
+        """The reply's first fragment as it would be cut if no more text came: its last
+        word taken as whole, its last mark as confirmed. None once a fragment is out or
+        while there is too little text. The TTS may start on it before the next delta
+        confirms the cut (tts/worker.py)."""
+        if self._released_any:
+            return None
+        cut = self._find_cut(self._pending, at_end=True)
+        if cut is None:
+            return None
+        return self._fragment(cut) or None
+
     def _drain(self, *, at_end: bool) -> list[str]:
         fragments: list[str] = []
         while (cut := self._find_cut(self._pending, at_end=at_end)) is not None:
-            at_line_break = self._pending[cut - 1] == "\n"
-            fragment, self._pending = self._pending[:cut].strip(), self._pending[cut:]
-            # A line break is heard as a sentence end (headings, list items).
-            if at_line_break and fragment and fragment[-1] not in _TERMINAL + CLOSERS:
-                fragment += "."
+            fragment, self._pending = self._fragment(cut), self._pending[cut:]
             if fragment:
                 fragments.append(fragment)
                 self._released_any = True
         return fragments
+
+    def _fragment(self, cut: int) -> str:
+        fragment = self._pending[:cut].strip()
+        # A line break is heard as a sentence end (headings, list items).
+        if self._pending[cut - 1] == "\n" and fragment and fragment[-1] not in _TERMINAL + CLOSERS:
+            fragment += "."
+        return fragment
 
     def _find_cut(self, text: str, *, at_end: bool) -> int | None:
         """Index just past the first acceptable boundary in `text`, or None to wait."""

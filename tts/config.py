@@ -49,6 +49,9 @@ class TTSConfig:
     # Vocoder frames (256 samples, ~12 ms each) in a sentence's first audio chunk; later
     # chunks double (tts/vocoder.py). 0 runs Piper's model whole, one chunk per sentence.
     first_chunk_frames: int = 16
+    # With nothing queued, start the first fragment's first chunk before the delta that
+    # confirms its cut arrives (tts/worker.py); dropped if the text goes on.
+    synthesize_ahead: bool = True
 
     def __post_init__(self) -> None:
         # Accept a str from TOML/CLI settings; the frozen field is set once, here.

@@ -4,13 +4,20 @@ Tokens from every session are chunked as they arrive (a `Chunker` per turn);
 fragments wait in one FIFO and `step()` synthesizes one per loop iteration, so
 control records are looked at between fragments. Audio leaves at the voice's native
 rate; each session's sink converts to the rate its client asked for.
+
+A reply's first fragment is cut only when the delta after its last word arrives ("I'm
+sorry" waits for " for": "sorry" might have gone on). With nothing queued, the stage
+starts on the fragment the text so far would make (`Chunker.tentative_first`) and keeps
+its first audio chunk; when the next delta confirms that cut, the chunk goes out at
+once, and otherwise it is dropped (docs/tts.md, "The first fragment ahead of its cut").
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +36,7 @@ from voxrelay.pipeline.models import asset_path
 from voxrelay.pipeline.worker import Events, TableHandler
 from voxrelay.tts.chunker import Chunker
 from voxrelay.tts.config import TTSConfig
-from voxrelay.tts.voice import Voice
+from voxrelay.tts.voice import AudioChunk, Voice
 
 # Reply audio goes out in records of at most this many samples (~93 ms at 22.05 kHz),
 # so a sink can start playing, and drop on barge-in, at a fine grain.
@@ -43,6 +50,20 @@ class _Job:
     fragment: str | None  # None: an END_OF_INPUT marker to pass on in order
     final: bool
     origin_ns: int
+    audio: Iterator[AudioChunk] | None = None  # synthesized ahead, in part
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """A turn's first fragment started before the delta that confirms its cut."""
+
+    fragment: str
+    speed: float | None
+    chunks: list[AudioChunk]  # made so far
+    rest: Iterator[AudioChunk]  # the same synthesis, paused
+
+    def audio(self) -> Iterator[AudioChunk]:
+        return itertools.chain(self.chunks, self.rest)
 
 
 class TTSHandler(TableHandler):
@@ -57,6 +78,7 @@ class TTSHandler(TableHandler):
         self.jobs: deque[_Job] = deque()
         self.started: set[tuple[int, int]] = set()
         self.speeds: dict[int, float] = {}  # by session: a client's own voice speed
+        self.ahead: dict[tuple[int, int], _Ahead] = {}
         self._format = AUDIO_FORMAT.pack(self.voice.sample_rate, 1, SampleFormat.PCM16)
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.TOKEN: self._on_token,
@@ -76,10 +98,19 @@ class TTSHandler(TableHandler):
         key = (record.session_id, record.turn_id)
         delta = record.payload[TOKEN_ID.size :].decode("utf-8", errors="replace")
         for fragment in self._chunker(key).push(delta):
-            self.jobs.append(_Job(*key, fragment, False, record.origin_ns))
+            job = _Job(*key, fragment, False, record.origin_ns)
+            ahead = self.ahead.pop(key, None)
+            if ahead is not None:
+                speed = self.speeds.get(record.session_id)
+                if (ahead.fragment, ahead.speed) == (fragment, speed):
+                    job.audio = ahead.audio()
+                else:
+                    ahead.rest.close()  # the text went on: "The 1" became "The 10"
+            self.jobs.append(job)
 
     def _on_reply_end(self, record: Record) -> None:
         key = (record.session_id, record.turn_id)
+        self._drop_ahead(lambda k: k == key)  # a last fragment is spoken as the last
         chunker = self.chunkers.pop(key, None)
         tail = chunker.flush() if chunker else []
         for index, fragment in enumerate(tail or [""]):
@@ -96,6 +127,7 @@ class TTSHandler(TableHandler):
             j for j in self.jobs if (j.session_id, j.turn_id) != key or j.fragment is None
         )
         self.chunkers.pop(key, None)
+        self._drop_ahead(lambda k: k == key)
         self.started.discard(key)
         self._pass_on(record)
 
@@ -131,9 +163,32 @@ class TTSHandler(TableHandler):
             )
             for key in [k for k in self.chunkers if k[0] == record.session_id and k[1] < limit]:
                 del self.chunkers[key]
+            self._drop_ahead(lambda k: k[0] == record.session_id and k[1] < limit)
+
+    def _drop_ahead(self, which: Callable[[tuple[int, int]], bool]) -> None:
+        for key in [k for k in self.ahead if which(k)]:
+            self.ahead.pop(key).rest.close()
+
+    def _synthesize_ahead(self) -> None:
+        """With nothing queued: the first chunk of one turn's tentative first fragment."""
+        for key, chunker in self.chunkers.items():
+            fragment = chunker.tentative_first()
+            if fragment is None or key in self.started:
+                continue
+            ahead = self.ahead.get(key)
+            if ahead is not None and ahead.fragment == fragment:
+                continue  # this text's first chunk is made already
+            if ahead is not None:
+                ahead.rest.close()
+            speed = self.speeds.get(key[0])
+            rest = self.voice.synthesize(fragment, final=False, speed=speed)
+            self.ahead[key] = _Ahead(fragment, speed, list(itertools.islice(rest, 1)), rest)
+            return
 
     def step(self) -> bool:
         if not self.jobs:
+            if self.config.synthesize_ahead:
+                self._synthesize_ahead()
             return False
         job = self.jobs.popleft()
         key = (job.session_id, job.turn_id)
@@ -142,7 +197,8 @@ class TTSHandler(TableHandler):
             return bool(self.jobs)
         speed = self.speeds.get(job.session_id)
         fragment_samples = 0
-        for chunk in self.voice.synthesize(job.fragment, final=job.final, speed=speed):
+        audio = job.audio or self.voice.synthesize(job.fragment, final=job.final, speed=speed)
+        for chunk in audio:
             pcm = chunk.pcm.tobytes()
             fragment_samples += len(chunk.pcm)
             for start in range(0, len(pcm), RECORD_SAMPLES * 2):
