@@ -4,7 +4,8 @@ of a prompt prefilled while the user speaks vs a cold prefill of the whole promp
 Decode: greedy, same prompt, DECODE_TOKENS new tokens, 2 threads for every engine; the
 rate counts only the tokens after the first (the first comes out of the prefill pass).
 Runs are interleaved across engines so that load from other work on the machine hits
-them alike; medians are reported.
+them alike; medians are reported. "native_1thread" is the default engine again on one
+thread, as the stage decodes (`yield_core_after_tokens`, llm/core_yield.py).
 
 TTFT: ~300 tokens of dialogue history, then a 20-word user turn. Incremental: an open
 request already holds history + all but the last few words (as llm/worker.py builds it
@@ -168,10 +169,19 @@ def run() -> dict[str, float]:
     for engine in (native, native_bf16, native_fp32):  # first-call allocations not measured
         _native_decode(engine, ids, 0, tokens=8)
     _hf_decode(hf, ids, 4)
-    rates: dict[str, list[float]] = {"native": [], "native_bf16": [], "native_fp32": [], "hf": []}
+    rates: dict[str, list[float]] = {
+        "native": [],
+        "native_1thread": [],
+        "native_bf16": [],
+        "native_fp32": [],
+        "hf": [],
+    }
     for repeat in range(DECODE_REPEATS):
         rate, generated = _native_decode(native, ids, 100 + repeat)
         rates["native"].append(rate)
+        torch.set_num_threads(1)
+        rates["native_1thread"].append(_native_decode(native, ids, 200 + repeat)[0])
+        torch.set_num_threads(THREADS)
         rates["native_bf16"].append(_native_decode(native_bf16, ids, 100 + repeat)[0])
         rates["native_fp32"].append(_native_decode(native_fp32, ids, 100 + repeat)[0])
         rates["hf"].append(_hf_decode(hf, ids, generated))
@@ -191,6 +201,9 @@ def run() -> dict[str, float]:
     )
     results["llm.decode_native_over_bf16"] = round(
         results["llm.decode_tok_s.native"] / results["llm.decode_tok_s.native_bf16"], 2
+    )
+    results["llm.decode_1thread_over_2threads"] = round(
+        results["llm.decode_tok_s.native_1thread"] / results["llm.decode_tok_s.native"], 2
     )
     results["llm.decode_bf16_over_fp32"] = round(
         results["llm.decode_tok_s.native_bf16"] / results["llm.decode_tok_s.native_fp32"], 2
@@ -219,6 +232,7 @@ def table(results: dict[str, float]) -> str:
     default = "GGUF blocks" if results.get("llm.decode_gguf_blocks") else "bf16"
     labels = {
         "native": f"native, default ({default})",
+        "native_1thread": "native, default, 1 thread",
         "native_bf16": "native, bf16 decode",
         "native_fp32": "native, fp32 decode",
         "hf": "HF transformers, fp32",

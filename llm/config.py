@@ -94,9 +94,11 @@ class LLMConfig:
     # CPU float32 weights held prepacked for oneDNN (llm/weights.py): prompt passes ~1.7x
     # faster at 8-16 tokens, same results. False = plain GEMMs (the A/B in docs/llm.md).
     pack_weights: bool = True
-    # CPU stage: decode on one thread once every reply in flight has this many tokens
-    # (its first TTS fragment is out), leaving a core to TTS (llm/core_yield.py). 0 = off.
-    yield_core_after_tokens: int = 4
+    # CPU stage: decode on one thread once every reply in flight has this many tokens,
+    # leaving a core to TTS (llm/core_yield.py). 1: from the first decode step on (with
+    # the GGUF block kernels a step is faster on one thread than on two passive ones:
+    # docs/llm.md, "Session 26"). 0 = off.
+    yield_core_after_tokens: int = 1
     num_threads: int | None = None
     max_new_tokens: int = 60
     # The LLM stage ends a reply where sentence max_sentences + 1 would begin

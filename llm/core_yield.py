@@ -1,12 +1,14 @@
-"""Leave a core to TTS once every reply in flight has handed TTS its first fragment.
+"""Leave a core to TTS while the LLM only decodes.
 
 On a 2-core CPU the LLM decodes on both cores while Piper synthesizes the reply's first
 fragment beside it, and that synthesis is on the time-to-first-audio path. Decode is
-bound by memory bandwidth: a second thread buys it only ~15%, while the LLM produces
-text ~5x faster than it is spoken. So once every reply in flight has `after_tokens`
-tokens (its first fragment cut, docs/tts.md) and no prompt is being prefilled, decode
-steps run on one thread; anything on the TTFT path (a prompt tail, a reply's first
-tokens, a partial transcript's prefill) gets every thread. Measured in docs/llm.md.
+bound by memory bandwidth, and the LLM produces text ~5x faster than it is spoken. So
+once every reply in flight has `after_tokens` tokens and no prompt is being prefilled,
+decode steps run on one thread; prompt passes (a prompt tail, a partial transcript's
+prefill) get every thread. The stage's default is 1, every decode step: on the GGUF
+block kernels with passive OpenMP, a step on two threads pays a thread wake-up per
+parallel region and is slower than on one (docs/llm.md, "Session 26"; it was 4, when
+a second thread still bought ~15%).
 """
 
 from __future__ import annotations
