@@ -36,3 +36,29 @@ def _after_default(extra: dict[str, str]) -> str:
 )
 def test_default_and_the_users_choice(extra: dict[str, str], expected: str) -> None:
     assert _after_default(extra) == expected
+
+
+# Notes the waiting policy each OpenMP-carrying runtime first loads under.
+_WATCH_IMPORTS = """
+import importlib.abc, os, sys
+seen = {}
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name in ("torch", "ctranslate2") and name not in seen:
+            seen[name] = os.environ.get("OMP_WAIT_POLICY")
+        return None
+sys.meta_path.insert(0, Watch())
+import bench.__main__
+print(sorted(seen.items()))
+"""
+
+
+def test_the_bench_sets_the_default_before_any_runtime_loads() -> None:
+    # libgomp reads the policy once, as torch or CTranslate2 loads it: set later, the
+    # bench's in-process figures ran with spinning threads the stages never have.
+    env = {k: v for k, v in os.environ.items() if k not in (SPIN_VARIABLE, POLICY_VARIABLE)}
+    result = subprocess.run(
+        [sys.executable, "-c", _WATCH_IMPORTS], env=env, capture_output=True, text=True, check=True
+    )
+    expected = [("ctranslate2", DEFAULT_POLICY), ("torch", DEFAULT_POLICY)]
+    assert result.stdout.strip().splitlines()[-1] == repr(expected)
