@@ -6,7 +6,8 @@ control records are looked at between fragments. Audio leaves at the voice's nat
 rate; each session's sink converts to the rate its client asked for.
 
 A reply's first fragment is cut only when the delta after its last word arrives ("I'm
-sorry" waits for " for": "sorry" might have gone on). With nothing queued, the stage
+sorry" waits for " for": until then the last word may go on, as "The 1" goes on to
+"The 10"). With nothing queued, the stage
 starts on the fragment the text so far would make (`Chunker.tentative_first`) and keeps
 its first audio chunk; when the next delta confirms that cut, the chunk goes out at
 once, and otherwise it is dropped (docs/tts.md, "The first fragment ahead of its cut").
