@@ -111,8 +111,8 @@ class TTSHandler(TableHandler):
 
     def _on_reply_end(self, record: Record) -> None:
         key = (record.session_id, record.turn_id)
-        self._drop_ahead(lambda k: k == key)  # a last fragment is spoken as the last
         chunker = self.chunkers.pop(key, None)
+        self._drop_orphaned_ahead()  # a last fragment is spoken as the last
         tail = chunker.flush() if chunker else []
         for index, fragment in enumerate(tail or [""]):
             self.jobs.append(_Job(*key, fragment, index == len(tail or [""]) - 1, record.origin_ns))
@@ -128,7 +128,7 @@ class TTSHandler(TableHandler):
             j for j in self.jobs if (j.session_id, j.turn_id) != key or j.fragment is None
         )
         self.chunkers.pop(key, None)
-        self._drop_ahead(lambda k: k == key)
+        self._drop_orphaned_ahead()
         self.started.discard(key)
         self._pass_on(record)
 
@@ -164,10 +164,12 @@ class TTSHandler(TableHandler):
             )
             for key in [k for k in self.chunkers if k[0] == record.session_id and k[1] < limit]:
                 del self.chunkers[key]
-            self._drop_ahead(lambda k: k[0] == record.session_id and k[1] < limit)
+            self._drop_orphaned_ahead()
 
-    def _drop_ahead(self, which: Callable[[tuple[int, int]], bool]) -> None:
-        for key in [k for k in self.ahead if which(k)]:
+    def _drop_orphaned_ahead(self) -> None:
+        """A guess lives as long as its turn's chunker: whatever drops that (the reply's
+        end, a retraction, a barge-in, a hang-up) drops the guess."""
+        for key in [k for k in self.ahead if k not in self.chunkers]:
             self.ahead.pop(key).rest.close()
 
     def _synthesize_ahead(self) -> None:
