@@ -118,18 +118,37 @@ class BlockManager:
                 block.hash, block.token_ids = block_hash, token_ids
                 self._hash_to_block[block_hash] = block.block_id
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Keep the K/V of `seq`'s first `num_tokens` computed positions, releasing the
+        blocks past them. A full block stays as it is (it may be shared through its
+        hash), so a cut inside one goes back to the block's start."""
+        size = self.block_size
+        keep = min(num_tokens, seq.num_computed_tokens)
+        if keep // size < len(seq.block_hashes):
+            keep -= keep % size
+        kept_blocks = -(-keep // size)
+        for block_id in reversed(seq.block_table[kept_blocks:]):
+            self._release(block_id)
+        del seq.block_table[kept_blocks:]
+        del seq.block_hashes[keep // size :]
+        seq.num_computed_tokens = keep
+        seq.num_cached_tokens = min(seq.num_cached_tokens, keep)
+
     def free(self, seq: Sequence) -> None:
         """Drop `seq`'s references; its K/V must be recomputed (or re-matched) to run again."""
         # Tail blocks first so that they are evicted before the shared prefix; blocks no
         # hash points to cannot be reused and go to the very front.
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            assert block.ref_count >= 0, f"block {block_id} freed twice"
-            if block.ref_count == 0:
-                self._free[block_id] = None
-                if block.hash is None:
-                    self._free.move_to_end(block_id, last=False)
+            self._release(block_id)
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.num_computed_tokens = 0
+
+    def _release(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        block.ref_count -= 1
+        assert block.ref_count >= 0, f"block {block_id} freed twice"
+        if block.ref_count == 0:
+            self._free[block_id] = None
+            if block.hash is None:
+                self._free.move_to_end(block_id, last=False)

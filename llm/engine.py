@@ -172,6 +172,27 @@ class LLMEngine:
         seq.token_ids.extend(token_ids)
         seq.num_prompt_tokens = seq.num_tokens
 
+    def replace_prompt(self, request_id: int, token_ids: list[int]) -> None:
+        """Make an open request's prompt `token_ids` (a revised word): the K/V of the
+        prefix the old and new prompts share stays (up to the start of a full block the
+        cut falls in), so only what follows is computed again."""
+        seq = self._get(request_id)
+        if seq.prompt_complete or seq.num_generated_tokens:
+            raise ValueError(f"request {request_id} prompt is complete; it cannot be replaced")
+        if not token_ids:
+            raise ValueError("prompt_token_ids is empty; a prompt needs at least one token")
+        self._check_tokens(token_ids, len(token_ids))
+        shared = 0
+        for old, new in zip(seq.token_ids, token_ids, strict=False):
+            if old != new:
+                break
+            shared += 1
+        # The last prompt token stays uncomputed: the reply's first step computes it.
+        self.block_manager.truncate(seq, min(shared, len(token_ids) - 1))
+        seq.token_ids = list(token_ids)
+        seq.num_prompt_tokens = len(token_ids)
+        seq.probe_index = seq.probe_prob = None
+
     def probe(self, request_id: int, index: int) -> None:
         """Report the probability the model gives prompt token `index` (on the request's
         first TokenOutput, `probe_prob`), read in the prefill that computes position

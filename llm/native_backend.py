@@ -83,10 +83,11 @@ class NativeBackend:
             if prompt_complete:
                 self.engine.start_decode(request_id)
             return
-        # A revised word: start over; the prefix cache still serves every full block the
-        # two prompts share, so the rollback costs only the tokens after the divergence.
-        self.engine.abort(request_id)
-        self.engine.add_request(request_id, ids, prompt_complete=prompt_complete)
+        # A revised word: the request keeps the K/V of what the two prompts share, so
+        # the rollback costs only the tokens after the divergence.
+        self.engine.replace_prompt(request_id, ids)
+        if prompt_complete:
+            self.engine.start_decode(request_id)
 
     def _encode(self, prompt: str) -> list[int]:
         if prompt != self._last_text:

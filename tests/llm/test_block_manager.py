@@ -103,3 +103,19 @@ def test_chained_hash_depends_on_whole_prefix() -> None:
     compute_all(manager, make_seq([1, 2, 3, 4, 5, 6, 7, 8, 9]))
     # Same second block, different first block: no reuse of either.
     assert manager.reuse_cached_prefix(make_seq([0, 2, 3, 4, 5, 6, 7, 8, 9], request_id=1)) == 0
+
+
+def test_truncate_keeps_a_partial_block_and_never_rewrites_a_full_one() -> None:
+    manager = BlockManager(8, BLOCK, enable_prefix_caching=True)
+    seq = make_seq(list(range(10)))  # blocks [0-3] [4-7] full and hashed, [8-9] partial
+    compute_all(manager, seq)
+    tail = seq.block_table[2]
+    manager.truncate(seq, 9)  # inside the partial block: its first position stays
+    assert seq.num_computed_tokens == 9 and len(seq.block_table) == 3
+    assert seq.block_table[2] == tail and len(seq.block_hashes) == 2
+    manager.truncate(seq, 6)  # inside a full block: back to its start
+    assert seq.num_computed_tokens == 4 and len(seq.block_table) == 1
+    assert len(seq.block_hashes) == 1 and manager.num_free_blocks == 7
+    # The full block given up is still in the cache for whoever asks for it.
+    again = make_seq(list(range(10)), request_id=1)
+    assert manager.reuse_cached_prefix(again) == 8

@@ -83,6 +83,34 @@ def test_open_prompt_then_decode_equals_one_shot(engine: LLMEngine) -> None:
     assert got == expected
 
 
+def test_a_revised_open_prompt_keeps_what_it_shares(engine: LLMEngine) -> None:
+    """A revised word (the ASR's ROLLBACK) replaces the open prompt in place: positions
+    before the first changed token keep their K/V, even inside an unfilled block, and
+    the reply is the one a fresh request for the new prompt gets."""
+    heard = engine.dialogue_prompt_ids([], "Name three colours of the rainbow")
+    revised = engine.dialogue_prompt_ids([], "Name three colors of the sky, please.")
+    expected = generate(engine, revised)
+    shared = next(i for i, (a, b) in enumerate(zip(heard, revised, strict=False)) if a != b)
+    block = engine.config.kv_block_size
+    assert shared % block, "the revision should fall inside a block"
+    engine.add_request(5, heard[:-5], max_new_tokens=8, prompt_complete=False)
+    while engine.has_pending_work():
+        engine.step()
+    (seq,) = [s for s in engine.scheduler.running if s.request_id == 5]
+    if seq.num_computed_tokens // block > shared // block:  # the cut's block is full
+        shared -= shared % block
+    engine.replace_prompt(5, revised)
+    assert seq.num_computed_tokens == shared
+    engine.start_decode(5)
+    first = engine.step()
+    assert seq.num_computed_tokens == len(revised)  # the rest, in the reply's first step
+    assert [o.token_id for o in first + run_to_end(engine)[5]] == expected
+    with pytest.raises(ValueError, match="complete"):
+        engine.add_request(6, revised, max_new_tokens=1)
+        engine.replace_prompt(6, heard)
+    engine.abort(6)
+
+
 def test_concurrent_requests_match_each_alone(engine: LLMEngine) -> None:
     prompts = [
         engine.dialogue_prompt_ids([], QUESTION),
