@@ -60,7 +60,7 @@ class RecordFlag(IntFlag):
 
 class ControlOp(IntEnum):
     NEW_TURN = 1  # a turn counter rose: drop records and work of older turns
-    SESSION_OPEN = 2
+    SESSION_OPEN = 2  # LLM only: a session opened (its first prompt is computed ahead)
     SESSION_CLOSE = 3
     SHUTDOWN = 4
     SYSTEM_PROMPT = 5  # LLM only: the session's system prompt, UTF-8 after CONTROL_BODY

@@ -115,6 +115,10 @@ class LLMConfig:
     kv_block_size: int = 16
     kv_cache_tokens: int = 8192
     enable_prefix_caching: bool = True
+    # Each session's next prompt is computed through the user's header before the turn
+    # begins (llm/open_prompts.py): ~10 fewer tokens to prefill at the end of a turn
+    # whose words were not stable before its pause. False = opened at the first words.
+    open_prompt_ahead: bool = True
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     # Which engine serves the stage; the other two settings blocks are ignored.
     backend: str = "native"

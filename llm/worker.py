@@ -6,12 +6,13 @@ becomes a request; every engine step's tokens go to TTS at once. A reply cut by
 barge-in stays in the dialogue as what the user heard of it: the supervisor sends that
 text (HEARD) right behind the NEW_TURN that aborted it.
 
-Incremental prefill: while the user speaks, every PARTIAL with a longer stable prefix
-extends an open request (`prompt_complete=False`) holding system prompt + dialogue +
-the stable words, so their KV is computed before the user stops. At FINAL the open
-request is completed with whatever the final transcript adds, or, if the transcript
-revised a stable word, replaced: the prefix cache still serves every full block the
-two share, so a rollback costs only the tokens after the divergence.
+Incremental prefill (llm/open_prompts.py): each session's open request holds system
+prompt + dialogue + the user's header from before the turn begins, and every PARTIAL
+with a longer stable prefix extends it with the stable words, so their KV is computed
+before the user stops. At FINAL the open request is completed with whatever the final
+transcript adds, or, if the transcript revised a stable word, replaced in place: the
+request keeps the K/V of what the two prompts share, so a rollback costs only the
+tokens after the divergence.
 
 Speculative start: at SPECULATIVE_END (a short silence) the reply starts decoding from
 the ASR's best transcript, uncommitted. RESUME (the user spoke on) aborts it and sends
@@ -51,20 +52,12 @@ from voxrelay.ipc.records import (
     Stamp,
     split_text_pair,
 )
-from voxrelay.llm.backend import REPLY_HEADER, create_backend
+from voxrelay.llm.backend import create_backend
 from voxrelay.llm.core_yield import CoreYield
 from voxrelay.llm.dialogue import Dialogue, llm_config
+from voxrelay.llm.open_prompts import OpenPrompts
 from voxrelay.llm.sentences import SentenceLimit
 from voxrelay.pipeline.worker import Events, TableHandler
-
-
-@dataclass(slots=True)
-class _OpenPrompt:
-    """A request prefilled from stable partial words, not yet decoding."""
-
-    request_id: int
-    turn_id: int
-    prompt: str
 
 
 @dataclass(slots=True)
@@ -100,9 +93,11 @@ class LLMHandler(TableHandler):
         self.replies: dict[int, _Reply] = {}
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
         self.retracted_turn: dict[int, int] = {}  # by session: its latest turn with a RESUME
-        self.open_prompts: dict[int, _OpenPrompt] = {}  # by session
         self.cut: dict[tuple[int, int], str] = {}  # (session, turn) aborted -> transcript
         self._request_ids = itertools.count(1)
+        self.prompts = OpenPrompts(
+            self.backend, self.config, lambda: next(self._request_ids), lambda: len(self.replies)
+        )
         self._dispatch: dict[RecordKind, Callable[[Record], None]] = {
             RecordKind.PARTIAL: self._on_partial,
             RecordKind.ROLLBACK: self._on_rollback,
@@ -115,46 +110,24 @@ class LLMHandler(TableHandler):
 
     def _on_partial(self, record: Record) -> None:
         stable, _unstable = split_text_pair(record.payload)
-        self._warm(record, stable)
+        dialogue = self._dialogue(record.session_id)
+        self.prompts.warm(record.session_id, record.turn_id, dialogue, stable)
 
     def _on_rollback(self, record: Record) -> None:
         # Stable words were revised: the open prompt goes back to the words that hold
-        # (the backend keeps every cached block the two prompts share).
-        current = self.open_prompts.get(record.session_id)
-        if current is None or current.turn_id != record.turn_id:
+        # (the request keeps the K/V of what the two prompts share).
+        session_id = record.session_id
+        if self.prompts.turn_of(session_id) != record.turn_id:
             return
-        if not self._warm(record, record.text()):
-            self._drop_open_prompt(record.session_id)
+        dialogue = self._dialogue(session_id)
+        if not self.prompts.warm(session_id, record.turn_id, dialogue, record.text()):
+            self.prompts.drop(session_id)
 
-    def _warm(self, record: Record, stable: str) -> bool:
-        """Open or extend the session's open prompt to end with `stable`; False if there
-        is nothing to warm."""
-        # Whisper often punctuates the end of what it has heard so far ("consider how.")
-        # and drops it once more words come; a prefix without it stays a prefix.
-        stable = stable.strip().rstrip(".,?!;:")
-        if not stable:
-            return False
-        dialogue = self._dialogue(record.session_id)
-        prompt = dialogue.prompt_text(self.backend, self.config, stable)
-        if not prompt.endswith(REPLY_HEADER):
-            return False  # not a ChatML prompt: nothing sensible to warm
-        prompt = prompt[: -len(REPLY_HEADER)]
-        current = self.open_prompts.get(record.session_id)
-        if current is not None and current.turn_id == record.turn_id:
-            if prompt != current.prompt:  # a revised word is replaced by the backend
-                self.backend.extend(current.request_id, prompt)
-                current.prompt = prompt
-            return True
-        self._drop_open_prompt(record.session_id)
-        request_id = next(self._request_ids)
-        self.backend.open(request_id, prompt)
-        self.open_prompts[record.session_id] = _OpenPrompt(request_id, record.turn_id, prompt)
-        return True
-
-    def _drop_open_prompt(self, session_id: int) -> None:
-        stale = self.open_prompts.pop(session_id, None)
-        if stale is not None:
-            self.backend.abort(stale.request_id)  # computed blocks stay in the prefix cache
+    def _ahead(self, session_id: int) -> None:
+        """Open the session's next prompt through the user's header, once no reply of the
+        session can still change the history it holds."""
+        if not any(r.session_id == session_id for r in self.replies.values()):
+            self.prompts.ahead(session_id, self._dialogue(session_id))
 
     def _turn_reply(self, session_id: int, turn_id: int) -> tuple[int, _Reply] | None:
         for request_id, reply in self.replies.items():
@@ -211,8 +184,9 @@ class LLMHandler(TableHandler):
                 self._commit(*found)
                 return
             self._retract(*found)  # the final transcript differs from the speculative one
-        if not text:
-            self._drop_open_prompt(record.session_id)
+        if not text:  # no words after all: the prompt goes back for the next turn
+            self.prompts.rewind(record.session_id, self._dialogue(record.session_id))
+            self._ahead(record.session_id)
             return
         self._commit(*self._start_reply(record, text, committed=True))
 
@@ -229,15 +203,14 @@ class LLMHandler(TableHandler):
             log.debug("session %d turn %d history %s", record.session_id, record.turn_id, history)
             user = json.dumps(dialogue.user_text(text))
             log.debug("session %d turn %d user %s", record.session_id, record.turn_id, user)
-        open_prompt = self.open_prompts.pop(record.session_id, None)
-        if open_prompt is not None and open_prompt.turn_id == record.turn_id:
+        open_request = self.prompts.take(record.session_id, record.turn_id)
+        if open_request is not None:
             # Completed with what the final transcript adds, or replaced where it revised
-            # a stable word (the backend decides; its prefix cache keeps the shared part).
-            request_id = open_prompt.request_id
+            # a stable word (the backend decides; the shared part's K/V stays).
+            request_id = open_request
             reply.early_tokens = self.backend.prefilled_tokens(request_id)
         else:
-            if open_prompt is not None:
-                self.backend.abort(open_prompt.request_id)
+            self.prompts.make_room()
             request_id = next(self._request_ids)
         reply.probed = self.backend.probes_end_of_turn
         self.backend.submit(request_id, prompt)
@@ -264,14 +237,19 @@ class LLMHandler(TableHandler):
         if op == ControlOp.SYSTEM_PROMPT:
             prompt = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
             self._dialogue(record.session_id).system_prompt = prompt
-            self._drop_open_prompt(record.session_id)  # prefilled under the old prompt
+            self.prompts.drop(record.session_id)  # prefilled under the old prompt
+            self._ahead(record.session_id)
+            return
+        if op == ControlOp.SESSION_OPEN:
+            self._ahead(record.session_id)
             return
         if op == ControlOp.HEARD:  # argument 1: the user went on with that turn
             heard = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
             user = self.cut.pop((record.session_id, record.turn_id), None)
             continued = bool(argument)
             self._dialogue(record.session_id).heard(record.turn_id, heard, user, continued)
-            self._drop_open_prompt(record.session_id)  # prefilled over the old history
+            self.prompts.drop(record.session_id)  # prefilled over the old history
+            self._ahead(record.session_id)
             return
         if op not in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
             return
@@ -286,10 +264,10 @@ class LLMHandler(TableHandler):
             # An interrupt after the end of input: the END_OF_INPUT held for the aborted
             # replies goes on now, or the session waiting for it never hears of it.
             self._release_end(record.session_id)
-        open_prompt = self.open_prompts.get(record.session_id)
-        if open_prompt is not None and open_prompt.turn_id < limit:
-            self._drop_open_prompt(record.session_id)
+        if op == ControlOp.NEW_TURN:
+            self.prompts.drop_before(record.session_id, limit)
         if op == ControlOp.SESSION_CLOSE:
+            self.prompts.drop(record.session_id)
             self.dialogues.pop(record.session_id, None)
             self.retracted_turn.pop(record.session_id, None)
             self.pending_end.discard(record.session_id)  # the stages drop its records
@@ -300,7 +278,7 @@ class LLMHandler(TableHandler):
         if not self.backend.has_pending_work():
             return False
         generating = [len(r.parts) for r in self.replies.values() if not r.finish_reason]
-        self.core_yield.before_step(generating, prefilling=bool(self.open_prompts))
+        self.core_yield.before_step(generating, prefilling=self.prompts.prefilling())
         for output in self.backend.step():
             reply = self.replies.get(output.request_id)
             if reply is None:
@@ -370,6 +348,7 @@ class LLMHandler(TableHandler):
         dialogue = self._dialogue(reply.session_id)
         dialogue.add(reply.turn_id, reply.user_text, reply.text)
         self._release_end(reply.session_id)
+        self._ahead(reply.session_id)
 
     def _release_end(self, session_id: int) -> None:
         """The session's pending END_OF_INPUT out, once it has no reply left."""

@@ -50,7 +50,8 @@ def record(kind: RecordKind, payload: bytes) -> Record:
 
 def stage_reply(settings: dict[str, Any], turn: list[Record]) -> tuple[str, str]:
     """(reply text sent to TTS, REPLY_END reason) of the LLM stage fed `turn`, a step
-    after each record; the stage has no request left when the reply ended."""
+    after each record; the stage has no request left when the reply ended but the
+    session's next prompt."""
     out = FakeSender()
     handler = LLMHandler(settings, out, FakeEvents())  # type: ignore[arg-type]
     try:
@@ -61,7 +62,13 @@ def stage_reply(settings: dict[str, Any], turn: list[Record]) -> tuple[str, str]
         while not any(kind == RecordKind.REPLY_END for kind, _ in out.records):
             assert time.monotonic() < deadline, "no REPLY_END"
             handler.step()
-        assert not handler.backend.has_pending_work()
+        while handler.step():  # the session's next prompt, opened ahead of its turn
+            pass
+        assert not handler.replies
+        engine = getattr(handler.backend, "engine", None)
+        if engine is not None:
+            ahead = {p.request_id for p in handler.prompts.by_session.values()}
+            assert set(engine._requests) == ahead
     finally:
         handler.backend.close()
     text = "".join(p[TOKEN_ID.size :].decode() for k, p in out.records if k == RecordKind.TOKEN)
