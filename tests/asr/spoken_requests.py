@@ -6,7 +6,8 @@ the commonest turn a voice agent hears. Its fit let "What time is it?" wait 2.2 
 (docs/asr.md, "Session 15"). These turns are synthetic (one voice, clean audio, no
 hesitations): they measure the wait after a whole request, question or answer, never
 stand in for real speech, and their pauses (Piper's own, at commas) are labelled as
-the natural set's are.
+the natural set's are. Piper's noise is off, so the set is the same audio on every run
+(with the voice's default noise its figures moved by ~80 ms between two bench runs).
 """
 
 from __future__ import annotations
@@ -50,14 +51,15 @@ REQUESTS = (
 
 def request_turns(vad_model: object) -> list[Turn]:
     """Every request spoken once by the `joe` voice, at 16 kHz, labelled."""
-    from piper import PiperVoice
+    from piper import PiperVoice, SynthesisConfig
 
     from voxrelay.pipeline.models import asset_path
 
     voice = PiperVoice.load(str(asset_path("joe") / "voice.onnx"))
+    noiseless = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
     turns = []
     for index, text in enumerate(REQUESTS):
-        chunks = list(voice.synthesize(text))
+        chunks = list(voice.synthesize(text, syn_config=noiseless))
         audio = np.concatenate([chunk.audio_float_array for chunk in chunks])
         rate = chunks[0].sample_rate
         audio = soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
