@@ -151,9 +151,10 @@ class Pipeline:
     def open_session(self, sink: Sink, transport: str) -> Session:
         """A live session (a WebSocket client): its output goes to `sink`."""
         session = self.router.open(sink, transport)
-        # The LLM computes the session's first prompt through the user's header now.
+        # The LLM computes the session's first prompt through the user's header now (a
+        # hint: a stalled stage's full ring does not stop the session from opening).
         self.supervisor.control(
-            ControlOp.SESSION_OPEN, session_id=session.session_id, stages=("llm",)
+            ControlOp.SESSION_OPEN, session_id=session.session_id, stages=("llm",), block=False
         )
         if self.supervisor.config.barge_in:
             # The user speaks while an older turn's reply is pending or playing: cut it

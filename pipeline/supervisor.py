@@ -298,7 +298,9 @@ class Supervisor:
         turn_id: int = 0,
         stages: tuple[str, ...] = STAGES,
         text: bytes = b"",
+        block: bool = True,
     ) -> None:
+        """`block=False`: a hint, dropped where a stage's control ring is full."""
         for name in stages:
             self._stages[name].control.send(
                 RecordKind.CONTROL,
@@ -306,6 +308,7 @@ class Supervisor:
                 text,
                 session_id=session_id,
                 turn_id=turn_id,
+                block=block,
                 timeout_s=0.5,
             )
 
