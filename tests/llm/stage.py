@@ -44,6 +44,11 @@ def native_handler(
     handler.backend.close()
 
 
+def reply_text(out: FakeSender) -> str:
+    """The reply text the stage sent to TTS (every TOKEN record's text, in order)."""
+    return "".join(p[TOKEN_ID.size :].decode() for k, p in out.records if k == RecordKind.TOKEN)
+
+
 def record(kind: RecordKind, payload: bytes) -> Record:
     return Record(kind, 0, 1, 1, 0, 0, payload)
 
@@ -71,6 +76,6 @@ def stage_reply(settings: dict[str, Any], turn: list[Record]) -> tuple[str, str]
             assert set(engine._requests) == ahead
     finally:
         handler.backend.close()
-    text = "".join(p[TOKEN_ID.size :].decode() for k, p in out.records if k == RecordKind.TOKEN)
+    text = reply_text(out)
     reason = next(p.decode() for k, p in out.records if k == RecordKind.REPLY_END)
     return text, reason

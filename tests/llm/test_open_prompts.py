@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.llm.stage import FakeEvents, FakeSender
+from tests.llm.stage import FakeEvents, FakeSender, reply_text
 from voxrelay.ipc.records import (
     CONTROL_BODY,
     FINAL_INFO,
@@ -60,11 +60,6 @@ def _run(handler: LLMHandler, out: FakeSender, ends: int) -> None:
         pass
 
 
-def _text(out: FakeSender) -> str:
-    """The reply text the stage sent to TTS."""
-    return "".join(p[4:].decode() for k, p in out.records if k == RecordKind.TOKEN)
-
-
 def test_a_session_s_prompt_through_the_user_header_is_ready_before_its_first_word(
     model_path: Path,
 ) -> None:
@@ -88,9 +83,10 @@ def test_a_session_s_prompt_through_the_user_header_is_ready_before_its_first_wo
             late = handler.backend.count_tokens(WORDS.rstrip(".") + REPLY_HEADER) + 1
             if ahead:
                 assert total - ready <= late, (total, ready, late)
-            else:  # the prefix cache alone serves whole 16-token blocks only
-                assert ready % 16 == 0 and total - ready > late, (total, ready, late)
-            replies[ahead] = _text(out)
+            else:  # the prefix cache alone serves whole blocks only
+                block = handler.config.kv_block_size
+                assert ready % block == 0 and total - ready > late, (total, ready, late)
+            replies[ahead] = reply_text(out)
         finally:
             handler.backend.close()
     assert replies[True] == replies[False] and replies[True]
@@ -102,7 +98,7 @@ def test_the_next_prompt_opens_when_a_reply_joins_the_history(model_path: Path) 
         handler.handle(_final(1, 1, WORDS))
         _run(handler, out, 1)
         opened = handler.prompts.by_session[1]
-        reply = _text(out).strip()
+        reply = reply_text(out).strip()
         assert opened.turn_id == AHEAD and reply and reply in opened.prompt
         assert opened.prompt.endswith("<|im_start|>user\n")
         assert handler.backend.prefilled_tokens(opened.request_id) == opened.tokens - 1
@@ -127,7 +123,7 @@ def test_prompts_opened_ahead_give_their_place_to_a_reply(model_path: Path) -> N
         assert set(handler.prompts.by_session) == {1, 2}
         handler.handle(_final(3, 1, WORDS))
         _run(handler, out, 1)
-        assert _text(out)
+        assert reply_text(out)
         # One of the two gave its place up; the reply's session opened its next prompt.
         assert len(handler.prompts.by_session) == 2 and 3 in handler.prompts.by_session
     finally:
