@@ -27,6 +27,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.tokenizer import Tokenizer
 
 from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.encoder import AudioEncoder, load_audio_encoder
 from voxrelay.asr.textdecoder import Marks, TextDecoder, load_text_decoder
 from voxrelay.asr.threads import PLACEMENT
 
@@ -144,10 +145,13 @@ class WhisperDecoder:
             self._mark_ids(".", "?", "!"), self._mark_ids(",", "...", " ...", "-", " -", ";")
         )
         self._text_decoder: TextDecoder | None = None
+        self._audio_encoder: AudioEncoder | None = None
         if config.text_decoder == "native":
             from voxrelay.pipeline.models import asset_path
 
             self._text_decoder = load_text_decoder(str(asset_path(config.model)))
+            if config.encoder == "bfloat16":
+                self._audio_encoder = load_audio_encoder(str(asset_path(config.model)))
 
     def decode(self, audio: np.ndarray, guess: str = "") -> Transcript:
         """Transcribe one utterance (16 kHz mono float32, at most 30 s). `guess`: what the
@@ -193,10 +197,21 @@ class WhisperDecoder:
         padded = np.zeros(frames * HOP_SAMPLES, np.float32)
         padded[: audio.size] = audio
         # (80, frames): log-mel over the audio and its silence padding, as Whisper was trained.
-        mel = self._model.feature_extractor(padded, padding=0)[:, :frames]
-        features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+        mel = np.ascontiguousarray(
+            self._model.feature_extractor(padded, padding=0)[None, :, :frames]
+        )
+        if self._audio_encoder is not None:
+            encoder = self._audio_encoder
+            # PyTorch's threads: the text decoder's pool ("text decoder", below).
+            hidden = PLACEMENT.observe("text decoder", lambda: encoder(mel))
+            return self._run_native(hidden, max_tokens, draft)
+        features = ctranslate2.StorageView.from_array(mel)
         if self._text_decoder is not None:
-            return self._run_native(features, max_tokens, draft)
+            encoded = PLACEMENT.observe(
+                self._encoder_pool, lambda: self._model.model.encode(features, to_cpu=True)
+            )
+            hidden = torch.from_numpy(np.array(encoded)[0])  # (frames / 2, d), a copy
+            return self._run_native(hidden, max_tokens, draft)
         encoded = PLACEMENT.observe(
             self._encoder_pool, lambda: self._model.model.encode(features, to_cpu=False)
         )
@@ -214,14 +229,12 @@ class WhisperDecoder:
         return (*self._judge(tokens, sum_logprob, result.no_speech_prob, max_tokens), None)
 
     def _run_native(
-        self, features: ctranslate2.StorageView, max_tokens: int, draft: list[int]
+        self, hidden: torch.Tensor, max_tokens: int, draft: list[int]
     ) -> tuple[str, bool, float | None]:
+        """The text decoder on the encoder's states `hidden` (frames / 2, d), float32 from
+        CTranslate2, bfloat16 from asr/encoder.py."""
         assert self._text_decoder is not None
         text_decoder = self._text_decoder
-        encoded = PLACEMENT.observe(
-            self._encoder_pool, lambda: self._model.model.encode(features, to_cpu=True)
-        )
-        hidden = torch.from_numpy(np.array(encoded)[0])  # (frames / 2, d), a copy
         result = PLACEMENT.observe(
             "text decoder",
             lambda: text_decoder.decode(

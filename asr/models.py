@@ -3,6 +3,7 @@ Silero VAD and, for a learned end of turn that asks for it, Smart Turn."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -12,9 +13,12 @@ from threadpoolctl import threadpool_limits
 
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.decoder import SAMPLE_RATE, WhisperDecoder
+from voxrelay.asr.encoder import amx_available, load_audio_encoder
 from voxrelay.asr.textdecoder import load_text_decoder
 from voxrelay.asr.turn_model import SmartTurn
 from voxrelay.asr.vad import load_vad_model
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,13 @@ def load_asr(config: ASRConfig) -> ASRModels:
         )
         if config.text_decoder == "native":
             load_text_decoder(str(asset_path(name)))  # cached: streams share it
+        if config.encoder == "bfloat16":
+            load_audio_encoder(str(asset_path(name)))  # cached too
+    if config.encoder == "bfloat16" and not amx_available():
+        logger.warning(
+            "[asr] encoder = 'bfloat16' on a CPU without AMX: bfloat16 is emulated there "
+            "and slower than encoder = 'ctranslate2'"
+        )
     wants_turn = config.learns_end and config.turn_audio_model == "smart-turn"
     turn = SmartTurn(asset_path("smart-turn") / "model.onnx") if wants_turn else None
     return ASRModels(whisper, load_vad_model(), turn)

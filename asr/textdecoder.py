@@ -140,17 +140,24 @@ class _Linear:
 
 @dataclass(frozen=True, slots=True)
 class _Dense:
-    """float32 linear map, for the cross-attention keys and values of the encoder frames
-    (hundreds of rows, compute-bound; int8 there cost accuracy: docs/asr.md)."""
+    """Linear map for the cross-attention keys and values of the encoder frames (hundreds
+    of rows, compute-bound; int8 there cost accuracy: docs/asr.md): float32, or bfloat16
+    when the encoder's states come in bfloat16 (asr/encoder.py: on AMX, ~3x float32's
+    rate). The output is float32 either way."""
 
     weight: torch.Tensor  # (N, K)
     bias: torch.Tensor  # (N,)
+    weight_bf16: torch.Tensor
+    bias_bf16: torch.Tensor
 
     @classmethod
     def from_ct2(cls, weight: np.ndarray, bias: np.ndarray) -> _Dense:
-        return cls(*(torch.from_numpy(v.astype(np.float32)) for v in (weight, bias)))
+        weight_f32, bias_f32 = (torch.from_numpy(v.astype(np.float32)) for v in (weight, bias))
+        return cls(weight_f32, bias_f32, weight_f32.to(torch.bfloat16), bias_f32.to(torch.bfloat16))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.bfloat16:
+            return F.linear(x, self.weight_bf16, self.bias_bf16).float()
         return F.linear(x, self.weight, self.bias)
 
 

@@ -13,7 +13,9 @@ RTF and WER: every reference clip through `transcribe_file` as fast as the CPU a
 tiny.en's real-time clips also go through CTranslate2's own text decoder
 (`text_decoder="ctranslate2"`), clip by clip in turn with the native one, so the two
 decoders' latencies and real-time WER (the Finals of the streamed clips, partials on)
-come from the same minutes.
+come from the same minutes. Likewise base's through the PyTorch bfloat16 encoder
+(`encoder="bfloat16"`, asr/encoder.py) beside the default CTranslate2 int8 one, with its
+own RTF and WER.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, silence
 from tests.asr.test_transcribe import normalize, references
 from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.encoder import amx_available
 from voxrelay.asr.events import ASREvent, Final, SpeculativeEnd
 from voxrelay.asr.models import ASRModels, load_asr
 from voxrelay.asr.stream import ASRStream
@@ -107,11 +110,18 @@ def _measure(model: str, items: list, clips: Path) -> dict[str, float]:
     variants = {model: config}
     if model == "tiny.en":  # the text decoders side by side, clip by clip (same minutes)
         variants[f"{model}.ctranslate2"] = dataclasses.replace(config, text_decoder="ctranslate2")
-    references = {path.relative_to(clips).as_posix(): text for path, _raw, text in items}
     results = {
         f"asr.wer.{model}": round(wer, 3),
         f"asr.rtf.{model}": round(busy_s / audio_s, 3),
     }
+    if model == "base":  # the encoders side by side: PyTorch bfloat16 against CTranslate2's
+        bf16 = dataclasses.replace(config, encoder="bfloat16")
+        variants[f"{model}.bfloat16_encoder"] = bf16
+        wer, busy_s, audio_s = _offline(load_asr(bf16), bf16, items)
+        results[f"asr.wer.{model}.bfloat16_encoder"] = round(wer, 3)
+        results[f"asr.rtf.{model}.bfloat16_encoder"] = round(busy_s / audio_s, 3)
+        results["asr.cpu_has_amx"] = float(amx_available())
+    references = {path.relative_to(clips).as_posix(): text for path, _raw, text in items}
     latencies = {name: {"final": [], "speculative": []} for name in variants}
     heard: dict[str, list[str]] = {name: [] for name in variants}
     for clip in REALTIME_CLIPS:
@@ -149,6 +159,10 @@ def run() -> dict[str, float]:
         results[f"asr.native_over_ctranslate2.{key}"] = round(
             results[f"asr.{key}.tiny.en"] / results[f"asr.{key}.tiny.en.ctranslate2"], 2
         )
+    for key in ("final_ms.p50", "speculative_ms.p50", "speculative_ms.p95", "rtf"):
+        results[f"asr.bfloat16_over_ctranslate2_encoder.{key}"] = round(
+            results[f"asr.{key}.base.bfloat16_encoder"] / results[f"asr.{key}.base"], 2
+        )
     return results
 
 
@@ -181,6 +195,16 @@ def table(results: dict[str, float]) -> str:
         f"p95 {results[f'asr.speculative_ms.p95.{native}']:.1f} vs "
         f"{results[f'asr.speculative_ms.p95.{ct2}']:.1f}, real-time WER "
         f"{results[f'asr.wer_realtime.{native}']:.3f} vs {results[f'asr.wer_realtime.{ct2}']:.3f}"
+    )
+    bf16 = "base.bfloat16_encoder"
+    amx = "AMX" if results["asr.cpu_has_amx"] else "no AMX"
+    lines.append(
+        f"base encoder, PyTorch bfloat16 ({amx}) vs CTranslate2 int8 (default), same clips in "
+        f"turn: speculative p50 {results[f'asr.speculative_ms.p50.{bf16}']:.1f} vs "
+        f"{results['asr.speculative_ms.p50.base']:.1f} ms "
+        f"({results['asr.bfloat16_over_ctranslate2_encoder.speculative_ms.p50']:.2f}x), "
+        f"RTF {results[f'asr.rtf.{bf16}']:.3f} vs {results['asr.rtf.base']:.3f}, "
+        f"WER {results[f'asr.wer.{bf16}']:.3f} vs {results['asr.wer.base']:.3f}"
     )
     return "\n".join(lines)
 

@@ -105,6 +105,21 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("TTFA p50 at natural turns' true ends, learned end (ms)", "e2e.ttfa_ms.p50.natural"),
     ("TTFA p50, the 8 clips with the learned end (ms)", "e2e.ttfa_ms.p50.learned"),
     ("ASR base: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.base"),
+    ("ASR base: end of speech -> SpeculativeEnd, p50 (ms)", "asr.speculative_ms.p50.base"),
+    (
+        "ASR base, bfloat16 encoder: -> SpeculativeEnd, p50 (ms)",
+        "asr.speculative_ms.p50.base.bfloat16_encoder",
+    ),
+    (
+        "ASR base SpeculativeEnd p50, bfloat16 encoder / CTranslate2's int8",
+        "asr.bfloat16_over_ctranslate2_encoder.speculative_ms.p50",
+    ),
+    (
+        "ASR base RTF, bfloat16 encoder / CTranslate2's int8",
+        "asr.bfloat16_over_ctranslate2_encoder.rtf",
+    ),
+    ("ASR WER, base, bfloat16 encoder", "asr.wer.base.bfloat16_encoder"),
+    ("CPU has AMX (1) for the bfloat16 encoder", "asr.cpu_has_amx"),
     ("ASR real-time factor, tiny.en", "asr.rtf.tiny.en"),
     ("ASR real-time factor, base", "asr.rtf.base"),
     ("ASR WER, tiny.en", "asr.wer.tiny.en"),
