@@ -88,6 +88,14 @@ class ASRConfig:
     # Pin the encoder's and the text decoder's threads to different CPUs at each decode
     # (asr/threads.py): after an idle spell Linux left them sharing one here.
     spread_threads: bool = True
+    # OpenMP spin rounds after each parallel region in the ASR process (read by the stage
+    # process before its runtimes load; 0: passive, the default). A decode is a burst
+    # of hundreds of back-to-back regions, and passive, each one wakes the sleeping
+    # second thread: with 100_000 (~1 ms) the pause decode came ~90 ms sooner for one
+    # conversation, but with four at once the ASR then decodes nearly all the time and
+    # its spinning pool holds the cores the LLM and TTS need (docs/asr.md, "Session
+    # 28"). `voxrelay run` and `mic`, one conversation each, turn it on.
+    openmp_spin: int = 0
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -108,6 +116,11 @@ class ASRConfig:
             raise ValueError(
                 "ASRConfig.beam_size > 1 needs text_decoder='ctranslate2' "
                 "(the native decoder is greedy)"
+            )
+        if not 0 <= self.openmp_spin <= 10_000_000:
+            raise ValueError(
+                "ASRConfig.openmp_spin must be in 0..10000000 spin rounds (0 = passive), "
+                f"got {self.openmp_spin}"
             )
         if self.encoder not in ENCODERS:
             raise ValueError(f"ASRConfig.encoder must be one of {ENCODERS}, got {self.encoder!r}")

@@ -9,7 +9,8 @@ live caller would produce it; TTFA is the first reply sample leaving the pipelin
 minus the end of the user's speech (both on the shared monotonic clock). The comparison
 runs every mode with the same end of turn, 300 ms of silence; the default learned end
 of turn (asr/turn_end.py) then runs the clips once more, and the natural-pause set's
-turns once each (how many stay whole, the TTFA at their true ends).
+turns once each (how many stay whole, the TTFA at their true ends); then the natural
+turns again with the ASR's short OpenMP spin, as `voxrelay run` and `mic` set it.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float |
     return (watch.cleared_ns - max(starts)) / 1e6
 
 
+# ASRConfig.openmp_spin in `voxrelay run` and `mic` (pipeline/settings.py).
+ONE_USER_SPIN = 100_000
+
+
 def natural_clips() -> list[Clip]:
     """The natural-pause set's turns with a true end (tests/asr/natural.py), 3 s of
     silence after each: more than the longest wait, the fallback."""
@@ -142,7 +147,12 @@ async def _streaming(
         for _name, clip in clips:
             learned += _rows((await pipeline.run_clip(clip)).traces)
         natural_rows = await _natural(pipeline, natural)
-    return rows, barge_ins, learned, natural_rows
+    # The same turns with the ASR's threads spinning ~1 ms after their work, as the one-
+    # user commands (`voxrelay run`, `mic`) run it (ASRConfig.openmp_spin), minutes later.
+    async with Pipeline(PipelineConfig(asr={"openmp_spin": ONE_USER_SPIN})) as pipeline:
+        await pipeline.run_clip(clips[0][1])
+        spin_rows = await _natural(pipeline, natural)
+    return rows, barge_ins, learned, {"": natural_rows, ".asr_spin": spin_rows}
 
 
 def _yardstick(mode: str, clips: list[tuple[str, Clip]]) -> list[dict[str, Any]]:
@@ -164,7 +174,7 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 def run() -> dict[str, float]:
     clips = corpus()
-    streaming, barge_ins, learned, natural = asyncio.run(_streaming(clips, natural_clips()))
+    streaming, barge_ins, learned, natural_runs = asyncio.run(_streaming(clips, natural_clips()))
     modes = {"streaming": streaming}
     modes.update((mode, _yardstick(mode, clips)) for mode in YARDSTICKS)
     results: dict[str, float] = {"e2e.clips": float(len(clips)), "e2e.rounds": float(ROUNDS)}
@@ -197,23 +207,12 @@ def run() -> dict[str, float]:
     results["e2e.ttfa_ms.p50.learned"] = round(float(np.percentile(learned_ttfa, 50)), 1)
     results["e2e.endpoint_ms.p50.learned"] = _median(learned, "endpoint_ms")
     # Natural speech with its own pauses: how many turns stayed whole, and the TTFA at
-    # their true ends (the last trace of each: a turn cut short ends there too).
-    results["e2e.natural.turns"] = float(len(natural))
-    whole = sum(len(rows) == 1 for rows in natural)
-    results["e2e.natural.whole_pct"] = round(100 * whole / max(len(natural), 1), 1)
-    for rows in natural:  # which turns split, and how each part ended (stdout only)
-        if len(rows) > 1:
-            parts = [
-                f"{r['transcript']!r} (end P {r.get('end_prob')}, endpoint {r.get('endpoint_ms')})"
-                for r in rows
-            ]
-            print("natural turn split:", " | ".join(parts), file=sys.stderr)
-    ends = [rows[-1]["ttfa_ms"] for rows in natural if rows and rows[-1].get("ttfa_ms")]
-    results["e2e.ttfa_ms.p50.natural"] = (
-        round(float(np.percentile(ends, 50)), 1) if ends else float("nan")
-    )
-    results["e2e.ttfa_ms.p95.natural"] = (
-        round(float(np.percentile(ends, 95)), 1) if ends else float("nan")
+    # their true ends (the last trace of each: a turn cut short ends there too); passive
+    # OpenMP in every stage (the library's default) and with the ASR's short spin.
+    for suffix, natural in natural_runs.items():
+        results.update(_natural_results(natural, suffix))
+    results["e2e.asr_spin_over_passive.natural_p50"] = round(
+        results["e2e.ttfa_ms.p50.natural.asr_spin"] / results["e2e.ttfa_ms.p50.natural"], 2
     )
     streaming_p50 = results["e2e.ttfa_ms.p50.streaming"]
     for mode in YARDSTICKS:
@@ -222,6 +221,27 @@ def run() -> dict[str, float]:
         yardstick_p50 = results[f"e2e.ttfa_ms.p50.{mode}"]
         results[cut_key] = round(100 * (1 - streaming_p50 / yardstick_p50), 1)
         results[f"e2e.{mode}_over_streaming.p50"] = round(yardstick_p50 / streaming_p50, 2)
+    return results
+
+
+def _natural_results(natural: list[list[dict[str, Any]]], suffix: str) -> dict[str, float]:
+    results = {f"e2e.natural.turns{suffix}": float(len(natural))}
+    whole = sum(len(rows) == 1 for rows in natural)
+    results[f"e2e.natural.whole_pct{suffix}"] = round(100 * whole / max(len(natural), 1), 1)
+    for rows in natural:  # which turns split, and how each part ended (stdout only)
+        if len(rows) > 1:
+            parts = [
+                f"{r['transcript']!r} (end P {r.get('end_prob')}, endpoint {r.get('endpoint_ms')})"
+                for r in rows
+            ]
+            print(f"natural turn split{suffix}:", " | ".join(parts), file=sys.stderr)
+    ends = [rows[-1] for rows in natural if rows and rows[-1].get("ttfa_ms")]
+    for key, name in (("ttfa_ms", "ttfa_ms"), ("speculative_ms", "speculative_ms")):
+        values = [row[key] for row in ends if row.get(key) is not None]
+        for pct in (50, 95):
+            results[f"e2e.{name}.p{pct}.natural{suffix}"] = (
+                round(float(np.percentile(values, pct)), 1) if values else float("nan")
+            )
     return results
 
 
@@ -256,6 +276,14 @@ def table(results: dict[str, float]) -> str:
         f"natural speech, {results['e2e.natural.turns']:.0f} real turns with their own pauses: "
         f"{results['e2e.natural.whole_pct']:.1f}% kept whole, TTFA at the true end p50 "
         f"{results['e2e.ttfa_ms.p50.natural']} ms, p95 {results['e2e.ttfa_ms.p95.natural']} ms"
+    )
+    lines.append(
+        f"the same with the ASR's short OpenMP spin (`voxrelay run`, `mic`): "
+        f"{results['e2e.natural.whole_pct.asr_spin']:.1f}% whole, TTFA p50 "
+        f"{results['e2e.ttfa_ms.p50.natural.asr_spin']} ms "
+        f"({results['e2e.asr_spin_over_passive.natural_p50']:.2f}x), SpeculativeEnd p50 "
+        f"{results['e2e.speculative_ms.p50.natural.asr_spin']} vs "
+        f"{results['e2e.speculative_ms.p50.natural']} ms"
     )
     lines.append(
         "SpeculativeEnd -> LLM reply start, p50: "

@@ -103,6 +103,16 @@ ROWS: tuple[tuple[str, str], ...] = (
     ),
     ("natural turns kept whole through the pipeline, learned end (%)", "e2e.natural.whole_pct"),
     ("TTFA p50 at natural turns' true ends, learned end (ms)", "e2e.ttfa_ms.p50.natural"),
+    (
+        "... the same, ASR threads spinning ~1 ms (`voxrelay run`, `mic`) (ms)",
+        "e2e.ttfa_ms.p50.natural.asr_spin",
+    ),
+    ("... spin / passive", "e2e.asr_spin_over_passive.natural_p50"),
+    (
+        "... SpeculativeEnd p50 after the speech, passive (ms)",
+        "e2e.speculative_ms.p50.natural",
+    ),
+    ("... SpeculativeEnd p50 with the spin (ms)", "e2e.speculative_ms.p50.natural.asr_spin"),
     ("TTFA p50, the 8 clips with the learned end (ms)", "e2e.ttfa_ms.p50.learned"),
     ("ASR base: end of speech -> Final, p50 (ms)", "asr.final_ms.p50.base"),
     ("ASR base: end of speech -> SpeculativeEnd, p50 (ms)", "asr.speculative_ms.p50.base"),

@@ -46,8 +46,11 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "llm-serve": ("llm", "llm_serve"),
 }
 _STANDBY = {("pipeline", "warm_standby"): True}  # a crash costs ~0.3 s, not a cold start
+# One conversation: the ASR's threads spin ~1 ms after their work (ASRConfig.openmp_spin).
+_ONE_USER = {("asr", "openmp_spin"): 100_000}
 COMMAND_DEFAULTS: dict[str, dict[tuple[str, str], Any]] = {
-    "serve": _STANDBY, "mic": _STANDBY, "sip": _STANDBY,
+    "run": _ONE_USER, "mic": {**_STANDBY, **_ONE_USER},
+    "serve": _STANDBY, "sip": _STANDBY,
     "audiosocket": {**_STANDBY, ("audiosocket", "port"): 9092},  # sip DEFAULT_AUDIOSOCKET_PORT
 }  # fmt: skip
 SECRETS = {("server", "token")}

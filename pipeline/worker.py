@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s {args.stage} %(process)d %(name)s %(levelname)s %(message)s",
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
-    prefer_passive_openmp()  # before the handler loads its model runtime
+    # Before the handler loads its model runtime, which reads the policy once.
+    prefer_passive_openmp(int(json.loads(args.config).get("openmp_spin", 0)))
     out, events_out = LateSender(), LateSender()
     events = Events(events_out)
     if not standby:  # a load error goes out on the events ring
