@@ -11,9 +11,10 @@ AUTO_MODELS = ("base", "tiny.en")
 COMPUTE_TYPES = ("int8", "int8_float32", "float32")
 TEXT_DECODERS = ("native", "ctranslate2")
 # Whisper's audio encoder: CTranslate2's (compute_type), or ours in PyTorch bfloat16
-# (asr/encoder.py): on a CPU with AMX a pause decode takes ~35% less time and the ASR
-# ~25% less CPU at the same WER, but the transcripts' small changes moved the natural
-# set's turn-end waits, so it is not the default (docs/asr.md, "Session 28").
+# (asr/encoder.py): on a CPU with AMX, at the same WER, the SpeculativeEnd ~20% sooner
+# with passive threads and a pause decode 35-47% shorter with the ASR's short OpenMP
+# spin; but the transcripts' small changes moved the natural set's turn-end waits, so
+# it is not the default (docs/asr.md, "Session 28").
 ENCODERS = ("ctranslate2", "bfloat16")
 TURN_DETECTION = ("learned", "silence")
 TURN_AUDIO_MODELS = ("none", "smart-turn")

@@ -5,9 +5,10 @@ The encoder is most of a short utterance's decode, and the end-of-turn decode is
 path to the first reply audio. CTranslate2's CPU compute types stop at int8/int16/float32,
 and its int8 encoder takes ~60 ms at 800 frames on this box's 2 cores. With AMX tiles
 oneDNN runs a bfloat16 GEMM at ~3x float32's rate: the same encoder in bfloat16 takes
-~45 ms, and with the cross-attention keys and values in bfloat16 as well a pause decode
-after an idle spell takes ~35% less time (docs/asr.md, "Session 28"). Without AMX,
-bfloat16 is emulated and slower than CTranslate2 (`load_asr` warns).
+~40-45 ms once its threads spin briefly (`ASRConfig.openmp_spin`; ~60-70 passive), and
+with the cross-attention keys and values in bfloat16 as well a pause decode after an
+idle spell takes 35-47% less time (docs/asr.md, "Session 28"). Without AMX, bfloat16 is
+emulated and slower than CTranslate2 (`load_asr` warns).
 
 Weights are the float16 ones CTranslate2 loads from the same `model.bin`, cast to
 bfloat16; the output, (frames / 2, d), stays bfloat16: the text decoder's one GEMM over
