@@ -27,6 +27,7 @@ from voxrelay.pipeline.audio_io import Clip, read_clip
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.models import asset_path
 from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.settings import ONE_USER_OPENMP_SPIN
 from voxrelay.pipeline.trace import TurnTrace
 
 YARDSTICKS = ("sequential", "naive")
@@ -101,10 +102,6 @@ async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float |
     return (watch.cleared_ns - max(starts)) / 1e6
 
 
-# ASRConfig.openmp_spin in `voxrelay run` and `mic` (pipeline/settings.py).
-ONE_USER_SPIN = 100_000
-
-
 def natural_clips() -> list[Clip]:
     """The natural-pause set's turns with a true end (tests/asr/natural.py), 3 s of
     silence after each: more than the longest wait, the fallback."""
@@ -149,7 +146,7 @@ async def _streaming(
         natural_rows = await _natural(pipeline, natural)
     # The same turns with the ASR's threads spinning ~1 ms after their work, as the one-
     # user commands (`voxrelay run`, `mic`) run it (ASRConfig.openmp_spin), minutes later.
-    async with Pipeline(PipelineConfig(asr={"openmp_spin": ONE_USER_SPIN})) as pipeline:
+    async with Pipeline(PipelineConfig(asr={"openmp_spin": ONE_USER_OPENMP_SPIN})) as pipeline:
         await pipeline.run_clip(clips[0][1])
         spin_rows = await _natural(pipeline, natural)
     return rows, barge_ins, learned, {"": natural_rows, ".asr_spin": spin_rows}

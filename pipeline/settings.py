@@ -47,7 +47,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 }
 _STANDBY = {("pipeline", "warm_standby"): True}  # a crash costs ~0.3 s, not a cold start
 # One conversation: the ASR's threads spin ~1 ms after their work (ASRConfig.openmp_spin).
-_ONE_USER = {("asr", "openmp_spin"): 100_000}
+ONE_USER_OPENMP_SPIN = 100_000
+_ONE_USER = {("asr", "openmp_spin"): ONE_USER_OPENMP_SPIN}
 COMMAND_DEFAULTS: dict[str, dict[tuple[str, str], Any]] = {
     "run": _ONE_USER, "mic": {**_STANDBY, **_ONE_USER},
     "serve": _STANDBY, "sip": _STANDBY,

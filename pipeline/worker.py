@@ -264,14 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s {args.stage} %(process)d %(name)s %(levelname)s %(message)s",
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
+    stage_config = json.loads(args.config)
     # Before the handler loads its model runtime, which reads the policy once.
-    prefer_passive_openmp(int(json.loads(args.config).get("openmp_spin", 0)))
+    prefer_passive_openmp(int(stage_config.get("openmp_spin", 0)))
     out, events_out = LateSender(), LateSender()
     events = Events(events_out)
     if not standby:  # a load error goes out on the events ring
         data_in, control, status = _attach(args, out, events_out)
     try:
-        handler = _factories()[args.stage](json.loads(args.config), out, events)
+        handler = _factories()[args.stage](stage_config, out, events)
     except Exception as exc:  # a model that fails to load: say why, exit non-zero
         if not standby:
             events.error(0, 0, f"{args.stage} stage failed to start: {exc}")
