@@ -127,6 +127,14 @@ def _collapse_stuck(text: str) -> str:
     return " ".join(words)
 
 
+def log_mel(model: WhisperModel, audio: np.ndarray, frames: int) -> np.ndarray:
+    """(1, 80, frames) float32, contiguous: the log-mel of `audio` (16 kHz, at most
+    `frames` hops) and the silence padding after it, as Whisper was trained."""
+    padded = np.zeros(frames * HOP_SAMPLES, np.float32)
+    padded[: audio.size] = audio
+    return np.ascontiguousarray(model.feature_extractor(padded, padding=0)[None, :, :frames])
+
+
 class WhisperDecoder:
     """Stateless per call; one per stream is cheap (the model is shared)."""
 
@@ -194,12 +202,7 @@ class WhisperDecoder:
         self, audio: np.ndarray, frames: int, max_tokens: int, draft: list[int]
     ) -> tuple[str, bool, float | None]:
         """(text, whether the token budget was hit, Whisper's closing probability)."""
-        padded = np.zeros(frames * HOP_SAMPLES, np.float32)
-        padded[: audio.size] = audio
-        # (80, frames): log-mel over the audio and its silence padding, as Whisper was trained.
-        mel = np.ascontiguousarray(
-            self._model.feature_extractor(padded, padding=0)[None, :, :frames]
-        )
+        mel = log_mel(self._model, audio, frames)
         if self._audio_encoder is not None:
             encoder = self._audio_encoder
             # PyTorch's threads: the text decoder's pool ("text decoder", below).

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from voxrelay.asr.textdecoder import read_ct2_model
+from voxrelay.asr.textdecoder import LayerNorm, read_ct2_model
 
 DTYPE = torch.bfloat16
 
@@ -43,20 +43,11 @@ def amx_available() -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Norm:
-    gamma: torch.Tensor
-    beta: torch.Tensor
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta, 1e-5)
-
-
-@dataclass(frozen=True, slots=True)
 class _Layer:
-    attention_norm: _Norm
+    attention_norm: LayerNorm
     qkv: tuple[torch.Tensor, torch.Tensor]  # (3d, d), (3d,)
     attention_out: tuple[torch.Tensor, torch.Tensor]
-    ffn_norm: _Norm
+    ffn_norm: LayerNorm
     ffn_in: tuple[torch.Tensor, torch.Tensor]
     ffn_out: tuple[torch.Tensor, torch.Tensor]
 
@@ -73,8 +64,8 @@ class AudioEncoder:
         def linear(prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
             return tensor(f"{prefix}/weight"), tensor(f"{prefix}/bias")
 
-        def norm(prefix: str) -> _Norm:
-            return _Norm(tensor(f"{prefix}/gamma"), tensor(f"{prefix}/beta"))
+        def norm(prefix: str) -> LayerNorm:
+            return LayerNorm(tensor(f"{prefix}/gamma"), tensor(f"{prefix}/beta"))
 
         self._conv1 = linear("encoder/conv1")
         self._conv2 = linear("encoder/conv2")

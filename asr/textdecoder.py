@@ -177,12 +177,14 @@ class _Projection:
 
 
 @dataclass(frozen=True, slots=True)
-class _Norm:
+class LayerNorm:
+    """A LayerNorm of a CTranslate2 model (also the encoder's, asr/encoder.py, in bfloat16)."""
+
     gamma: torch.Tensor
     beta: torch.Tensor
 
     @classmethod
-    def from_ct2(cls, variables: dict[str, np.ndarray], name: str) -> _Norm:
+    def from_ct2(cls, variables: dict[str, np.ndarray], name: str) -> LayerNorm:
         gamma, beta = (variables[f"{name}/{part}"].astype(np.float32) for part in ("gamma", "beta"))
         return cls(torch.from_numpy(gamma), torch.from_numpy(beta))
 
@@ -192,13 +194,13 @@ class _Norm:
 
 @dataclass(frozen=True, slots=True)
 class _Layer:
-    self_norm: _Norm
+    self_norm: LayerNorm
     qkv: _Linear  # fused (3d, d); Whisper's key projection has no bias (stored as zeros)
     self_out: _Linear
-    cross_norm: _Norm
+    cross_norm: LayerNorm
     cross_query: _Linear
     cross_out: _Linear
-    ffn_norm: _Norm
+    ffn_norm: LayerNorm
     ffn_in: _Linear
     ffn_out: _Linear
 
@@ -275,8 +277,8 @@ class TextDecoder:
                 scale = np.asarray(scale, np.float32).reshape(-1)
                 return _Linear.from_ct2(weight * scale[:, None], bias * scale)
 
-            def norm(name: str, prefix: str = prefix) -> _Norm:
-                return _Norm.from_ct2(variables, f"{prefix}/{name}/layer_norm")
+            def norm(name: str, prefix: str = prefix) -> LayerNorm:
+                return LayerNorm.from_ct2(variables, f"{prefix}/{name}/layer_norm")
 
             self._layers.append(
                 _Layer(
@@ -299,7 +301,7 @@ class TextDecoder:
             np.concatenate([variables[f"{name}/weight"] for name in cross]),
             np.concatenate([variables[f"{name}/bias"] for name in cross]),
         )
-        self._final_norm = _Norm.from_ct2(variables, "decoder/layer_norm")
+        self._final_norm = LayerNorm.from_ct2(variables, "decoder/layer_norm")
         self._suppress = torch.tensor(config["suppress_ids"])
         self._suppress_begin = torch.tensor(config["suppress_ids_begin"])
         # (layers, 2, H, positions, D): keys and values of the text so far, written in place.

@@ -13,7 +13,7 @@ import pytest
 from tests.asr.clipdata import read_clip
 from tests.asr.test_transcribe import normalize, references
 from voxrelay.asr.config import ASRConfig
-from voxrelay.asr.decoder import HOP_SAMPLES
+from voxrelay.asr.decoder import HOP_SAMPLES, log_mel
 from voxrelay.asr.encoder import load_audio_encoder
 from voxrelay.asr.models import load_asr
 from voxrelay.asr.transcribe import transcribe_file
@@ -24,10 +24,7 @@ FRAMES = 800  # the 8 s context every decode gets at least (ASRConfig.encoder_co
 
 def _mel(clip: Path, model: str) -> np.ndarray:
     whisper = load_asr(ASRConfig(model=model)).whisper[model]
-    audio = read_clip(clip)
-    padded = np.zeros(FRAMES * HOP_SAMPLES, np.float32)
-    padded[: audio.size] = audio[: padded.size]
-    return np.ascontiguousarray(whisper.feature_extractor(padded, padding=0)[None, :, :FRAMES])
+    return log_mel(whisper, read_clip(clip)[: FRAMES * HOP_SAMPLES], FRAMES)
 
 
 @pytest.mark.parametrize("model", ["tiny.en", "base"])
