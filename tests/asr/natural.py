@@ -14,6 +14,9 @@ Turns (docs/asr.md, "The natural-pause set" says how they were chosen and labell
   and numbers, short commands; one turn each.
 - Apart (`lecture_turns`, its own set in bench/turn_end.py): 60 s of one lecturer
   holding the floor, cut at pauses into pieces; every pause is mid-turn.
+- Apart (`unscripted_turns`, its own set): three talks of ~25 s by one speaker, off the
+  cuff, with "uh"s and "um"s (the Montreal Forced Aligner's test corpus), each one turn,
+  cut at pauses into pieces as the lecture is; the talk's end is the true end.
 
 Labels come from the turn bounds, never from a fixed rule: every pause inside a turn
 (a run of unvoiced Silero windows of at least MIN_PAUSE_MS between voiced ones) is a
@@ -53,9 +56,10 @@ CALL_TAIL_S = 0.15
 CALL_HEAD_S = 0.0
 # Silence this long inside a recording of one voice is another speaker's turn.
 SPLIT_S = 2.5
-# The lecture is cut at pauses into pieces no longer than this (the ASR cuts an
-# utterance at max_utterance_s, 20 s, inside speech).
+# The lecture and the unscripted talks are cut at pauses into pieces no longer than
+# this (the ASR cuts an utterance at max_utterance_s, 20 s, inside speech).
 LECTURE_PIECE_S = 18.0
+UNSCRIPTED = ("acoustic_corpus", "cold_corpus", "cold_corpus3")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +89,31 @@ def natural_turns(natural_dir: Path, testclips_dir: Path, vad_model: object) -> 
 
 def lecture_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
     """60 s of one lecturer who holds the floor throughout (silero-vad's test recording,
-    the `naturalclips` asset): every pause in it is mid-turn, none is an end. Cut in the
-    middle of as few of its pauses as keep every piece within LECTURE_PIECE_S (ties: the
-    longer pauses are cut; the pauses cut at are left out); no piece has a true end."""
+    the `naturalclips` asset): every pause in it is mid-turn, none is an end."""
     audio = read_clip(natural_dir / "lecture.wav")
-    pauses = _label("lecture", audio, vad_model).pauses
+    return _pieces("lecture", audio, vad_model, ends=False)
+
+
+def unscripted_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
+    """Three unscripted talks of ~25 s by one speaker, each one turn ("uh so this is the
+    sick corpus uh i have a cold ... alright thanks"; the Montreal Forced Aligner's test
+    corpus, the `naturalclips` asset): pauses at "uh"s, "um"s and between thoughts are
+    mid-turn, and the talk's end, where he stops, is the true end."""
+    return [
+        turn
+        for name in UNSCRIPTED
+        for turn in _pieces(
+            f"unscripted/{name}", read_clip(natural_dir / f"unscripted/{name}.wav"), vad_model
+        )
+    ]
+
+
+def _pieces(name: str, audio: np.ndarray, vad_model: object, ends: bool = True) -> list[Turn]:
+    """One speaker's recording as turns the ASR takes whole (it cuts an utterance at
+    max_utterance_s inside speech): cut in the middle of as few of its pauses as keep
+    every piece within LECTURE_PIECE_S (ties: the longer pauses are cut; the pauses cut at
+    are left out). Only the last piece may have a true end (`ends`): the recording's."""
+    pauses = _label(name, audio, vad_model).pauses
     limit = int(LECTURE_PIECE_S * SAMPLE_RATE)
     points = [0, *((a + b) // 2 for a, b in pauses), audio.size]
     lengths = [0, *(b - a for a, b in pauses), 0]
@@ -103,15 +127,19 @@ def lecture_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
                 score = (cuts + 1, cut - lengths[i])
                 if best[i] is None or score < best[i]:  # type: ignore[operator]
                     best[i], before[i] = score, j
-    assert best[-1] is not None, f"lecture: a stretch longer than {LECTURE_PIECE_S} s"
+    assert best[-1] is not None, f"{name}: a stretch longer than {LECTURE_PIECE_S} s"
     chosen, i = [], len(points) - 1
     while i:
         chosen.append(points[i])
         i = before[i]
     cuts = [0, *reversed(chosen)]
     pieces = [audio[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
-    turns = [_label(f"lecture/{i}", piece, vad_model) for i, piece in enumerate(pieces)]
-    return [Turn(t.name, t.audio, t.pauses, t.speech_end, true_end=False) for t in turns]
+    turns = [_label(f"{name}/{i}", piece, vad_model) for i, piece in enumerate(pieces)]
+    last = len(turns) - 1
+    return [
+        Turn(t.name, t.audio, t.pauses, t.speech_end, true_end=ends and i == last)
+        for i, t in enumerate(turns)
+    ]
 
 
 def _call_turns(natural_dir: Path) -> list[tuple[str, np.ndarray]]:
@@ -147,7 +175,7 @@ def _resampled(path: Path) -> np.ndarray:
 
 def _split_turns(name: str, audio: np.ndarray, vad_model: object) -> list[tuple[str, np.ndarray]]:
     """The recording cut in the middle of every silence longer than SPLIT_S."""
-    voiced = _voiced(audio, vad_model)
+    voiced = voiced_windows(audio, vad_model)
     gap = int(SPLIT_S * SAMPLE_RATE / WINDOW_SAMPLES)
     indices = np.flatnonzero(voiced)
     cuts = [0]
@@ -161,7 +189,9 @@ def _split_turns(name: str, audio: np.ndarray, vad_model: object) -> list[tuple[
     ]
 
 
-def _voiced(audio: np.ndarray, vad_model: object) -> list[bool]:
+def voiced_windows(audio: np.ndarray, vad_model: object) -> list[bool]:
+    """Silero's voiced/unvoiced call for every WINDOW_SAMPLES window of `audio`, with the
+    endpointer's hysteresis."""
     vad = StreamingVAD(vad_model)  # type: ignore[arg-type]
     probs = vad.push(audio.astype(np.float32)) + vad.pad_and_finish()
     voiced: list[bool] = []
@@ -172,8 +202,22 @@ def _voiced(audio: np.ndarray, vad_model: object) -> list[bool]:
     return voiced
 
 
+def unvoiced_run(voiced: list[bool], sample: int) -> tuple[int, int]:
+    """The run of unvoiced windows that holds `sample`, as (first, last + 1) sample;
+    (sample, sample) where that window is voiced."""
+    window = min(sample // WINDOW_SAMPLES, len(voiced) - 1)
+    if voiced[window]:
+        return sample, sample
+    first = last = window
+    while first > 0 and not voiced[first - 1]:
+        first -= 1
+    while last + 1 < len(voiced) and not voiced[last + 1]:
+        last += 1
+    return first * WINDOW_SAMPLES, (last + 1) * WINDOW_SAMPLES
+
+
 def _label(name: str, audio: np.ndarray, vad_model: object) -> Turn:
-    voiced = _voiced(audio, vad_model)
+    voiced = voiced_windows(audio, vad_model)
     indices = np.flatnonzero(voiced)
     assert indices.size, f"{name}: no speech"
     first, last = int(indices[0]), int(indices[-1])

@@ -1,12 +1,21 @@
 """The lecture set's pieces: the recording cut only at its own pauses, every piece
-short enough for one utterance, every pause mid-turn."""
+short enough for one utterance, every pause mid-turn; the unscripted talks, one turn
+each; the runs of unvoiced windows that
+label the natural and splice sets' pauses."""
 
 from pathlib import Path
 
 import numpy as np
 
-from tests.asr.clipdata import SAMPLE_RATE, read_clip
-from tests.asr.natural import LECTURE_PIECE_S, lecture_turns
+from tests.asr.clipdata import SAMPLE_RATE, read_clip, trim
+from tests.asr.natural import (
+    LECTURE_PIECE_S,
+    UNSCRIPTED,
+    lecture_turns,
+    unscripted_turns,
+    unvoiced_run,
+    voiced_windows,
+)
 
 
 def test_the_lecture_is_cut_at_its_pauses_into_pieces_one_utterance_long(
@@ -24,6 +33,22 @@ def test_the_lecture_is_cut_at_its_pauses_into_pieces_one_utterance_long(
         assert np.sqrt(np.mean(turn.audio[:160] ** 2)) < 0.02, turn.name
 
 
+def test_each_unscripted_talk_is_one_turn_whose_last_piece_holds_the_true_end(
+    natural_dir: Path, models
+) -> None:
+    turns = unscripted_turns(natural_dir, models.vad)
+    for name in UNSCRIPTED:
+        pieces = [t for t in turns if t.name.startswith(f"unscripted/{name}/")]
+        whole = read_clip(natural_dir / f"unscripted/{name}.wav")
+        np.testing.assert_array_equal(np.concatenate([t.audio for t in pieces]), whole)
+        assert [t.true_end for t in pieces] == [False] * (len(pieces) - 1) + [True]
+        assert all(t.audio.size <= LECTURE_PIECE_S * SAMPLE_RATE for t in pieces)
+        # He stops where the recording's speech stops: "... alright thanks", then silence.
+        assert pieces[-1].audio.size - pieces[-1].speech_end > 0.2 * SAMPLE_RATE, name
+    lengths = [(b - a) / SAMPLE_RATE for t in turns for a, b in t.pauses]
+    assert len(lengths) >= 15 and min(lengths) >= 0.2, lengths
+
+
 def test_the_request_set_is_the_same_audio_on_every_run(models) -> None:
     """Piper's noise is off: the set's figures move only with the detector, not with
     the draw of a voice's noise (its mid-turn pauses, at commas, stay labelled)."""
@@ -35,3 +60,28 @@ def test_the_request_set_is_the_same_audio_on_every_run(models) -> None:
         np.testing.assert_array_equal(a.audio, b.audio)
         assert a.pauses == b.pauses and a.speech_end == b.speech_end
     assert sum(len(turn.pauses) for turn in first) >= 3
+
+
+def test_an_unvoiced_run_is_found_around_a_sample_and_a_voiced_window_has_none() -> None:
+    from voxrelay.asr.vad import WINDOW_SAMPLES as W
+
+    voiced = [True, False, False, True, False]
+    assert unvoiced_run(voiced, W + 5) == (W, 3 * W)
+    assert unvoiced_run(voiced, 3 * W) == (3 * W, 3 * W)
+    assert unvoiced_run(voiced, 4 * W) == (4 * W, 5 * W)  # up to the recording's end
+    assert unvoiced_run(voiced, 9 * W) == (4 * W, 5 * W)  # past it: the last window
+
+
+def test_silence_put_into_real_speech_is_heard_as_one_pause_that_holds_it(
+    clips_dir: Path, models
+) -> None:
+    """The splice set's labels (bench/turn_end.py): Silero hears the put-in silence, and
+    the run it hears around it is that silence give or take the boundary's own."""
+    clip = trim(read_clip(clips_dir / "goforward.raw"))
+    starts = np.arange(clip.size // 2 - 1600, clip.size // 2 + 1600, 160)  # 0.2 s around the middle
+    at = int(starts[np.argmin([np.mean(clip[i : i + 320] ** 2) for i in starts])]) + 160
+    added = int(0.8 * SAMPLE_RATE)
+    spliced = np.concatenate([clip[:at], np.zeros(added, np.float32), clip[at:]])
+    first, last = unvoiced_run(voiced_windows(spliced, models.vad), at + added // 2)
+    assert first <= at + 0.1 * SAMPLE_RATE and last >= at + added - 0.1 * SAMPLE_RATE
+    assert (last - first) / SAMPLE_RATE < 0.8 + 0.5, (first, last)
