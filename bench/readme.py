@@ -91,6 +91,18 @@ ROWS: tuple[tuple[str, str], ...] = (
         "turn_end.false_cut_pct.lecture.learned_no_llm",
     ),
     (
+        "turn-taking, unscripted talk (uh, um): pauses ended on, learned end (%)",
+        "turn_end.false_cut_pct.unscripted",
+    ),
+    ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.unscripted.vad"),
+    ("... ended on, words' rule + 300 ms (%)", "turn_end.false_cut_pct.unscripted.rules"),
+    (
+        "turn-taking, every real mid-turn pause (natural, lecture, unscripted): ended on, "
+        "learned end (%)",
+        "turn_end.false_cut_pct.real_speech",
+    ),
+    ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.real_speech.vad"),
+    (
         "turn-taking, spoken requests (synthetic): mean wait, learned end (ms)",
         "turn_end.mean_wait_ms.requests",
     ),
