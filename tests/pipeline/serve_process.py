@@ -102,11 +102,17 @@ async def stream_clip(ws, clip, trailing_silence_s: float) -> None:
         await ws.send(frame)
 
 
+# The silence a client streams after the clip, as a microphone would: past the learned
+# end's 2.5 s fallback, so a turn whose end it is unsure of still ends (on a CPU whose
+# int8 kernels round differently, "He was not an ill-disposed young man." waited past 1 s).
+TURN_TAIL_S = 3.0
+
+
 async def one_turn(url: str, clip, timeout_s: float = 90) -> tuple[dict, int]:
     """Streams the clip; returns the turn's `trace` event and the reply bytes received."""
     received = 0
     async with connect(f"{url}?sample_rate={clip.sample_rate}", additional_headers=AUTH) as ws:
-        sender = asyncio.create_task(stream_clip(ws, clip, 1.0))
+        sender = asyncio.create_task(stream_clip(ws, clip, TURN_TAIL_S))
         async with asyncio.timeout(timeout_s):
             while True:
                 message = await ws.recv()
