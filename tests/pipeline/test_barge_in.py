@@ -156,7 +156,12 @@ def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
         # it. The words' rule would hold "He was" (2.5 s) and the learned end wait on it,
         # and either would join it to the next sentence.
         asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
-        config = PipelineConfig(barge_in_min_words=3, asr=asr)
+        # Half tempo: every reply plays twice as long (~3 s for "A helpful voice
+        # assistant."), so the second sentence's three-word partial comes while a reply
+        # still plays, however slow the host. At 1x, on a slow host under the whole
+        # suite's load (CI, session 29), the short turn's reply had ended first.
+        tts = {"speed": 0.5}
+        config = PipelineConfig(barge_in_min_words=3, asr=asr, tts=tts)
         async with Pipeline(config) as pipeline:
             sink = TimedSink()
             session = pipeline.open_session(sink, "test")
