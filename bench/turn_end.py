@@ -57,6 +57,7 @@ from tests.asr.natural import (
     has_true_end,
     lecture_turns,
     natural_turns,
+    quietest_near,
     unscripted_turns,
     unvoiced_run,
     voiced_windows,
@@ -88,8 +89,6 @@ FRAME_MS = 20
 TAIL_S = 3.0
 SEED = 7
 PAUSE_S = (0.2, 2.5)  # eot-bench's mid-turn pause lengths, the spliced ones drawn from
-SEARCH = SAMPLE_RATE // 10
-FRAME = SAMPLE_RATE // 50
 BASE = ASRConfig(model="base", partial_interval_ms=0)
 SMART_TURN = replace(BASE, turn_audio_model="smart-turn")
 # (config, fusion weights, whether the words' rule holds a pause)
@@ -206,10 +205,13 @@ def _ns(sample: int) -> int:
     return sample * 1_000_000_000 // SAMPLE_RATE
 
 
-def _quietest_near(audio: np.ndarray, at: int) -> int:
-    starts = range(max(at - SEARCH, 0), min(at + SEARCH, audio.size - FRAME), FRAME // 2)
-    energy = [float(np.mean(audio[start : start + FRAME] ** 2)) for start in starts]
-    return starts[int(np.argmin(energy))] + FRAME // 2
+def _spliced(
+    clip: np.ndarray, at: int, added: int, vad_model: object
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """`clip` with `added` samples of silence put in at `at`, and the run of unvoiced
+    Silero windows heard around them."""
+    audio = np.concatenate([clip[:at], silence(added / SAMPLE_RATE), clip[at:]])
+    return audio, unvoiced_run(voiced_windows(audio, vad_model), at + added // 2)
 
 
 def splice_turns(aligner: WhisperModel, models: ASRModels) -> list[Turn]:
@@ -228,23 +230,19 @@ def splice_turns(aligner: WhisperModel, models: ASRModels) -> list[Turn]:
         true_end = has_true_end(name)  # a continued reading: its pause counts, its end not
         voiced = voiced_windows(clip, models.vad)
         for word in words[:-1]:
-            at = _quietest_near(clip, int(word.end * SAMPLE_RATE))
+            at = quietest_near(clip, int(word.end * SAMPLE_RATE))
             first, last = unvoiced_run(voiced, at)
             pause = int(rng.uniform(*PAUSE_S) * SAMPLE_RATE)
             added = max(pause - (last - first), 0)
+            audio, heard = _spliced(clip, at, added, models.vad)
+            assert heard[1] > heard[0], f"{name}@{at}: Silero heard the pause as speech"
             # Silero's state carries across the boundary, so the run it hears differs
             # from the sum by a window or a few: one correction brings it to the draw
             # (not below what makes the boundary a pause at all).
-            spliced: tuple[np.ndarray, tuple[int, int]] | None = None
-            for _ in range(2):
-                audio = np.concatenate([clip[:at], silence(added / SAMPLE_RATE), clip[at:]])
-                heard = unvoiced_run(voiced_windows(audio, models.vad), at + added // 2)
-                if heard[1] == heard[0]:
-                    break
-                spliced = audio, heard
-                added = max(added + pause - (heard[1] - heard[0]), 0)
-            assert spliced is not None, f"{name}@{at}: Silero heard the pause as speech"
-            audio, heard = spliced
+            added = max(added + pause - (heard[1] - heard[0]), 0)
+            corrected, heard_corrected = _spliced(clip, at, added, models.vad)
+            if heard_corrected[1] > heard_corrected[0]:
+                audio, heard = corrected, heard_corrected
             end = audio.size - int(0.1 * SAMPLE_RATE)  # trim's margin after the words
             turns.append(Turn(f"{name}@{at}", audio, (heard,), end, true_end))
     return turns
@@ -291,7 +289,7 @@ def run() -> dict[str, float]:
         "turn_end.pauses.lecture": float(sum(len(t.pauses) for t in sets["lecture"])),
         "turn_end.pauses.unscripted": float(sum(len(t.pauses) for t in sets["unscripted"])),
         "turn_end.pauses.real_speech": float(
-            sum(len(t.pauses) for name in REAL_SPEECH for t in sets[name])
+            sum(outcomes["learned"][name].pauses for name in REAL_SPEECH)
         ),
     }
     for detector, by_set in outcomes.items():

@@ -1,7 +1,6 @@
 """The lecture set's pieces: the recording cut only at its own pauses, every piece
 short enough for one utterance, every pause mid-turn; the unscripted talks, one turn
-each; the runs of unvoiced windows that
-label the natural and splice sets' pauses."""
+each; the runs of unvoiced windows that label the natural and splice sets' pauses."""
 
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from tests.asr.natural import (
     LECTURE_PIECE_S,
     UNSCRIPTED,
     lecture_turns,
+    quietest_near,
     unscripted_turns,
     unvoiced_run,
     voiced_windows,
@@ -78,8 +78,7 @@ def test_silence_put_into_real_speech_is_heard_as_one_pause_that_holds_it(
     """The splice set's labels (bench/turn_end.py): Silero hears the put-in silence, and
     the run it hears around it is that silence give or take the boundary's own."""
     clip = trim(read_clip(clips_dir / "goforward.raw"))
-    starts = np.arange(clip.size // 2 - 1600, clip.size // 2 + 1600, 160)  # 0.2 s around the middle
-    at = int(starts[np.argmin([np.mean(clip[i : i + 320] ** 2) for i in starts])]) + 160
+    at = quietest_near(clip, clip.size // 2)
     added = int(0.8 * SAMPLE_RATE)
     spliced = np.concatenate([clip[:at], np.zeros(added, np.float32), clip[at:]])
     first, last = unvoiced_run(voiced_windows(spliced, models.vad), at + added // 2)
