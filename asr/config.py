@@ -63,6 +63,10 @@ class ASRConfig:
     # 0 or not above end_silence_ms, and when speculative_silence_ms is not below
     # end_silence_ms (no transcript to read in time).
     turn_fallback_ms: int = 2500
+    # A speaker who comes back within this long of a committed turn's speech end went on
+    # mid-turn: no later pause of the session ends the turn sooner than that gap + 100
+    # ms, at most this (asr/pause_habit.py; learned end of turn only). 0 = off.
+    turn_adapt_max_ms: int = 1000
     # The LLM's P(end of turn) is awaited this much more silence after the SpeculativeEnd
     # (it comes with the reply's first token, ~40-90 ms from the native engine here);
     # past it the pause ends as the silence rule ends it (a backend that says it has
@@ -139,6 +143,7 @@ class ASRConfig:
             "speculative_silence_ms",
             "end_silence_ms",
             "turn_fallback_ms",
+            "turn_adapt_max_ms",
             "text_hint_wait_ms",
             "speech_pad_ms",
         ):

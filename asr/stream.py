@@ -37,6 +37,7 @@ from voxrelay.asr.events import (
     SpeechStart,
 )
 from voxrelay.asr.models import ASRModels
+from voxrelay.asr.pause_habit import PauseHabit
 from voxrelay.asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
 from voxrelay.asr.turn_end import (
     TurnSignals,
@@ -99,6 +100,7 @@ class ASRStream:
         shared: Callable[[], bool] | None = None,
         weights: Weights | None = None,
         hold_unfinished: bool = True,
+        habit: PauseHabit | None = None,
     ) -> None:
         """`models`: from `load_asr` with a config naming the same model(s). `budget`:
         shared by every stream of one process (asr/budget.py); by default this stream
@@ -108,7 +110,8 @@ class ASRStream:
         starts; without it the stream is alone). `weights`, `hold_unfinished`: the
         learned end of turn's fusion and whether the words' rule holds a pause (the
         benchmark's single-signal detectors change them); by default the fitted ones for
-        the config's `turn_audio_model`."""
+        the config's `turn_audio_model`. `habit`: what the session's speaker has shown
+        of their mid-turn pauses (asr/pause_habit.py); by default this stream's own."""
         self.config = config
         missing = [name for name in config.whisper_models if name not in models.whisper]
         if missing:
@@ -146,6 +149,10 @@ class ASRStream:
         self._weights = weights or weights_for(config.turn_audio_model)
         self._weights_no_text = weights_without_text(self._weights)
         self._hold_unfinished = hold_unfinished
+        self.habit = habit or PauseHabit(config.turn_adapt_max_ms)
+        # The speech end of the last turn a pause ended (learned end of turn only), until
+        # the next speech starts: how long after it the speaker came back.
+        self._committed_end: int | None = None
         self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
             EndpointKind.START: self._on_start,
             EndpointKind.PAUSE: self._on_pause,
@@ -246,6 +253,9 @@ class ASRStream:
         audio_start = event.sample if event.forced else max(event.sample - self._pad, 0)
         names = self.config.whisper_models  # (alone, shared) for "auto"
         model = names[-1] if self._shared is not None and self._shared() else names[0]
+        if self._committed_end is not None and not event.forced:
+            self.habit.speech_after_end((event.sample - self._committed_end) * 1000 / SAMPLE_RATE)
+        self._committed_end = None
         utterance = _Utterance(self._next_id, audio_start, model)
         self._next_id += 1
         self._utterance = utterance
@@ -338,6 +348,7 @@ class ASRStream:
             wait = self.config.end_silence_ms
         else:
             wait = wait_ms(end_prob, self.config.eagerness, self.config.turn_fallback_ms)
+        wait = self.habit.wait_ms(wait, self.config.turn_fallback_ms)
         decision_ms = (pending.decision_ns + time.perf_counter_ns() - started) / 1e6
         scored = EndScored(
             utterance.utterance_id,
@@ -375,6 +386,8 @@ class ASRStream:
             transcript = self._transcript_through(utterance, event.sample, until)
         if not transcript.text:
             return [Discard(utterance.utterance_id)]
+        if not event.forced and self.config.learns_end:
+            self._committed_end = event.sample
         speech_end_ns = self._clock.arrival_ns(event.sample)
         final = Final(
             utterance.utterance_id,

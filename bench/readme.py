@@ -97,11 +97,24 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.unscripted.vad"),
     ("... ended on, words' rule + 300 ms (%)", "turn_end.false_cut_pct.unscripted.rules"),
     (
+        "... ended on, learned end without the speaker's own pauses (%)",
+        "turn_end.false_cut_pct.unscripted.learned_no_habit",
+    ),
+    ("... mean wait after the 3 true ends, learned end (ms)", "turn_end.mean_wait_ms.unscripted"),
+    (
+        "... mean wait, learned end without the speaker's own pauses (ms)",
+        "turn_end.mean_wait_ms.unscripted.learned_no_habit",
+    ),
+    (
         "turn-taking, every real mid-turn pause (natural, lecture, unscripted): ended on, "
         "learned end (%)",
         "turn_end.false_cut_pct.real_speech",
     ),
     ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.real_speech.vad"),
+    (
+        "... ended on, learned end without the speaker's own pauses (%)",
+        "turn_end.false_cut_pct.real_speech.learned_no_habit",
+    ),
     (
         "turn-taking, spoken requests (synthetic): mean wait, learned end (ms)",
         "turn_end.mean_wait_ms.requests",

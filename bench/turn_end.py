@@ -24,8 +24,12 @@ at real-time pace, followed by 3 s of silence:
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
 alone through the same eagerness policy), `learned` (the default fusion, which does
-not run Smart Turn: `turn_audio_model = "none"`), and `learned_no_llm` (the same when
-the LLM gives no probability: the fusion fitted without it). The LLM's
+not run Smart Turn: `turn_audio_model = "none"`), `learned_no_llm` (the same when
+the LLM gives no probability: the fusion fitted without it), and `learned_no_habit`
+(without asr/pause_habit.py: a speaker who went on after a committed end is not waited
+for longer). One speaker's turns are one session, as the ASR hears them (`Turn.session`:
+the pieces of one recording, one side of the call), so what a stream learns of a
+speaker carries to their next turn. The LLM's
 probability comes from the native engine in this process, through the same probe the
 LLM stage runs, and reaches the stream HINT_DELAY_MS after the SpeculativeEnd (the
 stage's measured first-token time, `e2e.llm_ttft_ms`).
@@ -66,6 +70,7 @@ from tests.asr.spoken_requests import request_turns
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import EndScored, Final, Resume, SpeculativeEnd
 from voxrelay.asr.models import ASRModels, load_asr
+from voxrelay.asr.pause_habit import PauseHabit
 from voxrelay.asr.stream import ASRStream
 from voxrelay.asr.turn_end import (
     EAGERNESS,
@@ -101,6 +106,9 @@ DETECTORS: dict[str, tuple[ASRConfig, Weights, bool]] = {
     # a server without logprobs): the backend says so at once, and the fusion fitted
     # without the LLM's term decides (asr/turn_end.py WEIGHTS_NO_TEXT).
     "learned_no_llm": (BASE, WEIGHTS, True),
+    # The learned end without what it learns of the speaker's own pauses in the session
+    # (asr/pause_habit.py): each turn is decided as if it were the session's first.
+    "learned_no_habit": (replace(BASE, turn_adapt_max_ms=0), WEIGHTS, True),
 }
 NO_LLM = frozenset({"learned_no_llm"})
 # The sets of real speech with its speakers' own pauses (not spliced, not synthetic).
@@ -258,8 +266,16 @@ def evaluate(
         probe = _no_probability if detector in NO_LLM else llm_probe
         for set_name, turns in sets.items():
             outcome = Outcome(waits_ms=[], decision_ms=[])
+            # One speaker's turns are one session: what a stream learns of their pauses
+            # (asr/pause_habit.py) carries to the next.
+            habits: dict[str, PauseHabit] = {}
             for turn in turns:
-                stream = ASRStream(config, models, weights=weights, hold_unfinished=rules)
+                habit = habits.setdefault(
+                    turn.session or turn.name, PauseHabit(config.turn_adapt_max_ms)
+                )
+                stream = ASRStream(
+                    config, models, weights=weights, hold_unfinished=rules, habit=habit
+                )
                 events = stream_turn(stream, turn.audio, probe)
                 _score_turn(outcome, turn, events, T0_NS + _ns(turn.speech_end))
             outcomes.setdefault(detector, {})[set_name] = outcome

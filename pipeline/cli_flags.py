@@ -23,6 +23,7 @@ STAGE_FLAGS: tuple[FlagSpec, ...] = (
     ("asr_model", "asr", "model"),
     ("turn_eagerness", "asr", "eagerness"),
     ("turn_fallback_ms", "asr", "turn_fallback_ms"),
+    ("turn_adapt_max_ms", "asr", "turn_adapt_max_ms"),
 )
 STANDBY_FLAG: FlagSpec = ("warm_standby", "pipeline", "warm_standby")
 SERVE_FLAGS: tuple[FlagSpec, ...] = (
@@ -136,4 +137,10 @@ def add_settings_flags(parser: argparse.ArgumentParser, stages: bool = True) -> 
     group.add_argument("--turn-eagerness", choices=("low", "medium", "high"))
     group.add_argument(
         "--turn-fallback-ms", type=int, metavar="MS", help="silence that ends a turn regardless"
+    )
+    group.add_argument(
+        "--turn-adapt-max-ms",
+        type=int,
+        metavar="MS",
+        help="after the speaker goes on within MS of a committed turn, wait that long (0: off)",
     )

@@ -28,7 +28,7 @@ reader goes on (`true_end` False: their pauses count, their ends do not).
 from __future__ import annotations
 
 import wave
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,9 @@ class Turn:
     pauses: tuple[tuple[int, int], ...]  # mid-turn pauses, (first, last + 1) sample
     speech_end: int  # the sample after the turn's last voiced window: the true end
     true_end: bool = True  # False: the recording was cut where the speaker went on
+    # The conversation the turn is heard in, as one ASR session hears it ("": its own):
+    # the pieces of one recording, one speaker's side of the call.
+    session: str = ""
 
 
 def has_true_end(name: str) -> bool:
@@ -84,7 +87,17 @@ def natural_turns(natural_dir: Path, testclips_dir: Path, vad_model: object) -> 
     named += _split_turns("chan3", _resampled(testclips_dir / "regression/chan3.wav"), vad_model)
     named.append(("leak-test", trim(_resampled(testclips_dir / "vad/leak-test.wav"))))
     named += [(name, trim(read_clip(testclips_dir / name))) for name in POCKETSPHINX]
-    return [_label(name, audio, vad_model) for name, audio in named]
+    return [
+        replace(_label(name, audio, vad_model), session=_session(name)) for name, audio in named
+    ]
+
+
+def _session(name: str) -> str:
+    """One speaker's side of the call ("call/04-diane": "call/diane"), the meeting
+    channel's turns ("chan3/1": "chan3"); every other turn of the set is its own."""
+    if name.startswith("call/"):
+        return "call/" + name.rsplit("-", 1)[1]
+    return "chan3" if name.startswith("chan3/") else name
 
 
 def lecture_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
@@ -137,7 +150,7 @@ def _pieces(name: str, audio: np.ndarray, vad_model: object, ends: bool = True) 
     turns = [_label(f"{name}/{i}", piece, vad_model) for i, piece in enumerate(pieces)]
     last = len(turns) - 1
     return [
-        Turn(t.name, t.audio, t.pauses, t.speech_end, true_end=ends and i == last)
+        Turn(t.name, t.audio, t.pauses, t.speech_end, true_end=ends and i == last, session=name)
         for i, t in enumerate(turns)
     ]
 

@@ -74,11 +74,14 @@ def test_the_cli_flags_map_to_their_keys_and_unset_flags_do_not_override(tmp_pat
     url = "http://10.1.2.3:8000/v1"
     args = serve_args("--config", path, "--llm-url", url, "--asr-model", "tiny.en",
                       "--llm-model", "qwen2.5", "--turn-eagerness", "high", "--turn-fallback-ms",
-                      "1800", "--allow-origin", "https://a.example")  # fmt: skip
+                      "1800", "--turn-adapt-max-ms", "0",
+                      "--allow-origin", "https://a.example")  # fmt: skip
     settings = settings_from_args("serve", args, (*STAGE_FLAGS, *SERVE_FLAGS))
     config = settings.pipeline_config()
     assert config.llm == {"backend": "openai", "openai": {"base_url": url, "model": "qwen2.5"}}
-    assert config.asr == {"model": "tiny.en", "eagerness": "high", "turn_fallback_ms": 1800}
+    assert config.asr == {
+        "model": "tiny.en", "eagerness": "high", "turn_fallback_ms": 1800, "turn_adapt_max_ms": 0
+    }  # fmt: skip
     server = settings.build("server")
     assert server.port == 9100 and server.allow_origins == ("https://a.example",)
     json.dumps(config.asr | config.llm | config.tts)  # the stages get them as JSON
