@@ -23,7 +23,7 @@ at real-time pace, followed by 3 s of silence:
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
-alone through the same eagerness policy), `learned` (the default fusion, which does
+alone through the same eagerness policy, nothing learned of the speaker), `learned` (the default fusion, which does
 not run Smart Turn: `turn_audio_model = "none"`), `learned_no_llm` (the same when
 the LLM gives no probability: the fusion fitted without it), and `learned_no_habit`
 (without asr/pause_habit.py: a speaker who went on after a committed end is not waited
@@ -100,7 +100,12 @@ SMART_TURN = replace(BASE, turn_audio_model="smart-turn")
 DETECTORS: dict[str, tuple[ASRConfig, Weights, bool]] = {
     "vad": (replace(BASE, turn_detection="silence", turn_fallback_ms=0), WEIGHTS, False),
     "rules": (replace(BASE, turn_detection="silence"), WEIGHTS, True),
-    "smart_turn": (SMART_TURN, Weights(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), False),
+    # Smart Turn's own probability alone: nothing learned of the speaker either.
+    "smart_turn": (
+        replace(SMART_TURN, turn_adapt_max_ms=0),
+        Weights(1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+        False,
+    ),
     "learned": (BASE, WEIGHTS, True),
     # The learned end when the LLM gives no probability (a backend that does not probe,
     # a server without logprobs): the backend says so at once, and the fusion fitted
