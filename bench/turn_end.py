@@ -23,14 +23,14 @@ at real-time pace, followed by 3 s of silence:
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
-alone through the same eagerness policy, nothing learned of the speaker), `learned` (the default fusion, which does
-not run Smart Turn: `turn_audio_model = "none"`), `learned_no_llm` (the same when
-the LLM gives no probability: the fusion fitted without it), and `learned_no_habit`
-(without asr/pause_habit.py: a speaker who went on after a committed end is not waited
-for longer). One speaker's turns are one session, as the ASR hears them (`Turn.session`:
-the pieces of one recording, one side of the call), so what a stream learns of a
-speaker carries to their next turn. The LLM's
-probability comes from the native engine in this process, through the same probe the
+alone through the same eagerness policy, nothing learned of the speaker), `learned`
+(the default fusion, which does not run Smart Turn: `turn_audio_model = "none"`),
+`learned_no_llm` (the same when the LLM gives no probability: the fusion fitted without
+it), and `learned_no_habit` (without asr/pause_habit.py: a speaker who went on after a
+committed end is not waited for longer). One speaker's turns are one session, as the
+ASR hears them (`Turn.session`: the pieces of one recording, one side of the call), so
+what a stream learns of a speaker carries to their next turn. The LLM's probability
+comes from the native engine in this process, through the same probe the
 LLM stage runs, and reaches the stream HINT_DELAY_MS after the SpeculativeEnd (the
 stage's measured first-token time, `e2e.llm_ttft_ms`).
 

@@ -43,6 +43,8 @@ def test_each_unscripted_talk_is_one_turn_whose_last_piece_holds_the_true_end(
         np.testing.assert_array_equal(np.concatenate([t.audio for t in pieces]), whole)
         assert [t.true_end for t in pieces] == [False] * (len(pieces) - 1) + [True]
         assert all(t.audio.size <= LECTURE_PIECE_S * SAMPLE_RATE for t in pieces)
+        # One talk is one session: what the stream learns of his pauses carries over.
+        assert {t.session for t in pieces} == {f"unscripted/{name}"}
         # He stops where the recording's speech stops: "... alright thanks", then silence.
         assert pieces[-1].audio.size - pieces[-1].speech_end > 0.2 * SAMPLE_RATE, name
     lengths = [(b - a) / SAMPLE_RATE for t in turns for a, b in t.pauses]
