@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from faster_whisper import WhisperModel
 
-from voxrelay.asr.events import ASREvent
+from voxrelay.asr.events import ASREvent, SpeculativeEnd
 from voxrelay.asr.stream import ASRStream
 
 SAMPLE_RATE = 16_000
@@ -55,16 +55,23 @@ def feed_frames(
     sample_rate: int = SAMPLE_RATE,
     channels: int = 1,
     frame_ms: int = 20,
+    text_prob: float | None = None,
 ) -> list[tuple[int, ASREvent]]:
     """Feed `audio` (float32 or int16, interleaved) as real-time frames with synthetic
-    arrival times, then flush; returns (arrival_ns of the call that returned it, event)."""
+    arrival times, then flush; returns (arrival_ns of the call that returned it, event).
+    `text_prob`: the LLM's P(end of turn) each SpeculativeEnd gets at once (the learned
+    end); None: none is given, and the pause waits out text_hint_wait_ms."""
     frame = sample_rate * frame_ms // 1000 * channels
     events: list[tuple[int, ASREvent]] = []
     arrival_ns = T0_NS
     for offset in range(0, audio.size, frame):
         chunk = audio[offset : offset + frame]
         arrival_ns += chunk.size // channels * 1_000_000_000 // sample_rate
-        events += [(arrival_ns, e) for e in stream.feed(chunk, sample_rate, channels, arrival_ns)]
+        new = stream.feed(chunk, sample_rate, channels, arrival_ns)
+        if text_prob is not None:
+            for event in [e for e in new if isinstance(e, SpeculativeEnd)]:
+                new += stream.hint(event.utterance_id, text_prob)
+        events += [(arrival_ns, e) for e in new]
     events += [(arrival_ns, e) for e in stream.flush(arrival_ns)]
     return events
 

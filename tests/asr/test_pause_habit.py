@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.asr.clipdata import SAMPLE_RATE, T0_NS, of_type, read_clip, silence, trim, words
+from tests.asr.clipdata import feed_frames, of_type, read_clip, silence, trim, words
 from voxrelay.asr.config import ASRConfig
-from voxrelay.asr.events import EndScored, Final, SpeculativeEnd
+from voxrelay.asr.events import EndScored, Final
 from voxrelay.asr.pause_habit import KEPT_MS, MARGIN_MS, PauseHabit
 from voxrelay.asr.stream import ASRStream
 
@@ -44,21 +44,6 @@ LEARNED = ASRConfig(model="tiny.en", partial_interval_ms=0)
 PAUSE_S = 0.4  # with the clips' own room tone, the VAD hears ~0.8 s
 
 
-def _feed(stream: ASRStream, audio: np.ndarray, text_prob: float) -> list[tuple[int, object]]:
-    """20 ms frames at real-time arrival; each SpeculativeEnd gets `text_prob` at once."""
-    frame = SAMPLE_RATE // 50
-    events: list[tuple[int, object]] = []
-    arrival_ns = T0_NS
-    for offset in range(0, audio.size, frame):
-        arrival_ns += frame * 1_000_000_000 // SAMPLE_RATE
-        new = stream.feed(audio[offset : offset + frame], SAMPLE_RATE, 1, arrival_ns)
-        for event in list(new):
-            if isinstance(event, SpeculativeEnd):
-                new += stream.hint(event.utterance_id, text_prob)
-        events += [(arrival_ns, event) for event in new]
-    return events + [(arrival_ns, event) for event in stream.flush(arrival_ns)]
-
-
 @pytest.fixture(scope="module")
 def goes_on_twice(clips: Path) -> np.ndarray:
     """A whole command, PAUSE_S, the same again, PAUSE_S, a third time, then silence:
@@ -72,7 +57,7 @@ def goes_on_twice(clips: Path) -> np.ndarray:
 def test_after_the_speaker_went_on_the_same_pause_no_longer_ends_the_turn(
     goes_on_twice: np.ndarray, models
 ) -> None:
-    events = _feed(ASRStream(LEARNED, models), goes_on_twice, text_prob=0.5)
+    events = feed_frames(ASRStream(LEARNED, models), goes_on_twice, text_prob=0.5)
     finals = [words(f.text) for f in of_type(events, Final)]
     # The first pause follows a whole command: committed at the floor. The speaker came
     # back after it, so the second, as long, waits past it: the last two are one turn.
@@ -85,5 +70,5 @@ def test_after_the_speaker_went_on_the_same_pause_no_longer_ends_the_turn(
 
 def test_without_it_every_such_pause_ends_the_turn(goes_on_twice: np.ndarray, models) -> None:
     config = replace(LEARNED, turn_adapt_max_ms=0)
-    events = _feed(ASRStream(config, models), goes_on_twice, text_prob=0.5)
+    events = feed_frames(ASRStream(config, models), goes_on_twice, text_prob=0.5)
     assert len(of_type(events, Final)) == 3
