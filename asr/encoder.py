@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from voxrelay.asr.textdecoder import LayerNorm, read_ct2_model
+from voxrelay.asr.ct2_layers import LayerNorm, read_ct2_model
 
 DTYPE = torch.bfloat16
 

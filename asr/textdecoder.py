@@ -13,9 +13,10 @@ rounding (see `TextDecoder.decode`).
 Weights come from the same `model.bin` CTranslate2 loads (float16 there), in int8 with
 one scale per output row: memory bandwidth is this box's bottleneck (the float32
 vocabulary projection alone took 13 ms a step). Kernels per shape, chosen by measurement
-(docs/asr.md): `_weight_int8pack_mm` (bfloat16 activations) for single-token steps,
-fbgemm's dynamic int8 GEMM for the batched pass and the vocabulary projection, float32
-for the cross-attention keys/values of the encoder frames (int8 there cost accuracy).
+(docs/asr.md; the layers are asr/ct2_layers.py): `_weight_int8pack_mm` (bfloat16
+activations) for single-token steps, fbgemm's dynamic int8 GEMM for the batched pass and
+the vocabulary projection, float32 for the cross-attention keys/values of the encoder
+frames (int8 there cost accuracy).
 
 Each decode also reports where Whisper would take the sentence after its last word
 (`TextDecode.closing_prob`): the share of a closing mark or the end of text against a
@@ -29,180 +30,37 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 import threading
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from voxrelay.asr.ct2_layers import (
+    DenseLinear,
+    Int8Linear,
+    LayerNorm,
+    VocabProjection,
+    read_ct2_model,
+)
+
 MAX_POSITIONS = 448  # Whisper's text context
-# CTranslate2's variable types (ctranslate2/types.h) that a Whisper model.bin uses.
-_CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
-
-
-def read_ct2_model(path: Path) -> dict[str, np.ndarray]:
-    """The variables of a CTranslate2 `model.bin` (format version 6), aliases resolved."""
-    data = path.read_bytes()
-    offset = 0
-
-    def take(fmt: str) -> int:
-        nonlocal offset
-        (value,) = struct.unpack_from(fmt, data, offset)
-        offset += struct.calcsize(fmt)
-        return int(value)
-
-    def text() -> str:
-        nonlocal offset
-        size = take("<H")  # includes the trailing NUL
-        value = data[offset : offset + size - 1].decode()
-        offset += size
-        return value
-
-    version = take("<I")
-    if version != 6:
-        raise ValueError(f"{path}: CTranslate2 model format {version}, this reader knows 6")
-    text()  # spec name
-    take("<I")  # spec revision
-    variables: dict[str, np.ndarray] = {}
-    for _ in range(take("<I")):
-        name = text()
-        shape = [take("<I") for _ in range(take("<B"))]
-        dtype = np.dtype(_CT2_DTYPES[take("<B")])
-        size = take("<I")
-        variables[name] = np.frombuffer(
-            data, dtype, count=size // dtype.itemsize, offset=offset
-        ).reshape(shape)
-        offset += size
-    for _ in range(take("<I")):
-        alias, target = text(), text()
-        variables[alias] = variables[target]
-    assert offset == len(data), (offset, len(data))
-    return variables
-
-
-# Below this many rows (single-token steps) a layer uses the weight-only int8 kernel,
-# whose cost grows with the rows; from it on (checks of a guess) fbgemm's int8 GEMM.
-_GEMM_ROWS = 2
-
-
-def _int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, K) float32 -> int8 (N, K) and one float32 scale per output row (N,)."""
-    scales = (weight.abs().amax(1) / 127).clamp(min=1e-8)
-    return (weight / scales[:, None]).round().clamp(-127, 127).to(torch.int8), scales
-
-
-def _fbgemm_pack(rows: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> Any:
-    with warnings.catch_warnings():
-        # torch marks quantized tensors deprecated; torch is pinned (pyproject.toml).
-        warnings.simplefilter("ignore", UserWarning)
-        quantized = torch._make_per_channel_quantized_tensor(
-            rows, scales.double(), torch.zeros(len(scales), dtype=torch.long), 0
-        )
-    return torch.ops.quantized.linear_prepack(quantized, bias)
-
-
-def _fbgemm(x: torch.Tensor, packed: Any) -> torch.Tensor:
-    # reduce_range: 7-bit activations, so AVX2's u8 x s8 pair sums cannot saturate.
-    return torch.ops.quantized.linear_dynamic(x, packed, True)
-
-
-@dataclass(frozen=True, slots=True)
-class _Linear:
-    """A decoder layer's linear map, weights int8 with one scale per output row. One row
-    (a step): bfloat16 activations (`_weight_int8pack_mm`); more (a checked guess):
-    activations quantized per call (fbgemm), whose cost hardly grows with the rows.
-    Memory bandwidth is what this box lacks (float32 weights: 472 us per 8-row GEMM,
-    int8: ~200 us)."""
-
-    rows: torch.Tensor  # (N, K) int8
-    scales: torch.Tensor  # (N,) bfloat16
-    bias: torch.Tensor  # (N,) float32
-    packed: Any  # the same weights and bias packed for fbgemm (a LinearPackedParams)
-
-    @classmethod
-    def from_ct2(cls, weight: np.ndarray, bias: np.ndarray) -> _Linear:
-        rows, scales = _int8_rows(torch.from_numpy(weight.astype(np.float32)))
-        bias_t = torch.from_numpy(bias.astype(np.float32))
-        return cls(rows, scales.to(torch.bfloat16), bias_t, _fbgemm_pack(rows, scales, bias_t))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] >= _GEMM_ROWS:
-            return _fbgemm(x, self.packed)
-        out = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.rows, self.scales)
-        return out.float() + self.bias
-
-
-@dataclass(frozen=True, slots=True)
-class _Dense:
-    """Linear map for the cross-attention keys and values of the encoder frames (hundreds
-    of rows, compute-bound; int8 there cost accuracy: docs/asr.md): float32, or bfloat16
-    when the encoder's states come in bfloat16 (asr/encoder.py: on AMX, ~3x float32's
-    rate). The output is float32 either way."""
-
-    weight: torch.Tensor  # (N, K)
-    bias: torch.Tensor  # (N,)
-    weight_bf16: torch.Tensor
-    bias_bf16: torch.Tensor
-
-    @classmethod
-    def from_ct2(cls, weight: np.ndarray, bias: np.ndarray) -> _Dense:
-        weight_f32, bias_f32 = (torch.from_numpy(v.astype(np.float32)) for v in (weight, bias))
-        return cls(weight_f32, bias_f32, weight_f32.to(torch.bfloat16), bias_f32.to(torch.bfloat16))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.bfloat16:
-            return F.linear(x, self.weight_bf16, self.bias_bf16).float()
-        return F.linear(x, self.weight, self.bias)
-
-
-@dataclass(frozen=True, slots=True)
-class _Projection:
-    """The vocabulary projection (51,864 x d, no bias) through fbgemm: 20 MB of int8
-    weights that stream from memory every step; `_weight_int8pack_mm` was 2-3x slower."""
-
-    packed: Any
-
-    @classmethod
-    def from_ct2(cls, weight: np.ndarray) -> _Projection:
-        return cls(_fbgemm_pack(*_int8_rows(torch.from_numpy(weight.astype(np.float32))), None))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return _fbgemm(x, self.packed)
-
-
-@dataclass(frozen=True, slots=True)
-class LayerNorm:
-    """A LayerNorm of a CTranslate2 model (also the encoder's, asr/encoder.py, in bfloat16)."""
-
-    gamma: torch.Tensor
-    beta: torch.Tensor
-
-    @classmethod
-    def from_ct2(cls, variables: dict[str, np.ndarray], name: str) -> LayerNorm:
-        gamma, beta = (variables[f"{name}/{part}"].astype(np.float32) for part in ("gamma", "beta"))
-        return cls(torch.from_numpy(gamma), torch.from_numpy(beta))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta)
 
 
 @dataclass(frozen=True, slots=True)
 class _Layer:
     self_norm: LayerNorm
-    qkv: _Linear  # fused (3d, d); Whisper's key projection has no bias (stored as zeros)
-    self_out: _Linear
+    qkv: Int8Linear  # fused (3d, d); Whisper's key projection has no bias (stored as zeros)
+    self_out: Int8Linear
     cross_norm: LayerNorm
-    cross_query: _Linear
-    cross_out: _Linear
+    cross_query: Int8Linear
+    cross_out: Int8Linear
     ffn_norm: LayerNorm
-    ffn_in: _Linear
-    ffn_out: _Linear
+    ffn_in: Int8Linear
+    ffn_out: Int8Linear
 
 
 # Tokens guessed ahead per check after a failed guess, and the longest run of recent
@@ -257,7 +115,7 @@ class TextDecoder:
         embeddings = variables["decoder/embeddings/weight"]  # (vocab, d) float16
         self._embeddings = torch.from_numpy(embeddings.copy())
         # The output projection is the embedding matrix, applied only to the rows read.
-        self._head = _Projection.from_ct2(embeddings)
+        self._head = VocabProjection.from_ct2(embeddings)
         self._positions = torch.from_numpy(
             variables["decoder/position_encodings/encodings"].astype(np.float32)
         )  # (448, d)
@@ -272,10 +130,12 @@ class TextDecoder:
         while f"decoder/layer_{index}/ffn/linear_0/weight" in variables:
             prefix = f"decoder/layer_{index}"
 
-            def linear(name: str, scale: float | np.ndarray = 1.0, prefix: str = prefix) -> _Linear:
+            def linear(
+                name: str, scale: float | np.ndarray = 1.0, prefix: str = prefix
+            ) -> Int8Linear:
                 weight, bias = (variables[f"{prefix}/{name}/{part}"] for part in ("weight", "bias"))
                 scale = np.asarray(scale, np.float32).reshape(-1)
-                return _Linear.from_ct2(weight * scale[:, None], bias * scale)
+                return Int8Linear.from_ct2(weight * scale[:, None], bias * scale)
 
             def norm(name: str, prefix: str = prefix) -> LayerNorm:
                 return LayerNorm.from_ct2(variables, f"{prefix}/{name}/layer_norm")
@@ -297,7 +157,7 @@ class TextDecoder:
         # Every layer's cross-attention keys and values: one (layers x 2d, d) GEMM over
         # the encoder frames per decode.
         cross = [f"decoder/layer_{i}/attention/linear_1" for i in range(index)]
-        self._cross_kv = _Dense.from_ct2(
+        self._cross_kv = DenseLinear.from_ct2(
             np.concatenate([variables[f"{name}/weight"] for name in cross]),
             np.concatenate([variables[f"{name}/bias"] for name in cross]),
         )
