@@ -14,9 +14,9 @@ import torch
 
 from tests.asr.clipdata import read_clip, silence, trim
 from voxrelay.asr.config import ASRConfig
+from voxrelay.asr.ct2_layers import read_ct2_model
 from voxrelay.asr.decoder import WhisperDecoder
 from voxrelay.asr.models import load_asr
-from voxrelay.asr.ct2_layers import read_ct2_model
 from voxrelay.asr.textdecoder import TextDecoder, _continuation, load_text_decoder
 from voxrelay.pipeline.models import asset_path
 
