@@ -17,7 +17,7 @@
    (asr/textdecoder.py; no extra cost). Whisper hears the voice fall or hang.
 
 `end_probability` fuses them with a logistic model (WEIGHTS, fitted by
-`python -m bench.turn_end --fit` on the natural-pause and splice sets); `wait_ms` turns
+`python -m bench.turn_fit --fit` on the natural-pause and splice sets); `wait_ms` turns
 that into how long this pause may last before it ends the turn: a breath's length when
 confident, a while when unsure, else the fallback. The eagerness picks the thresholds.
 
@@ -139,7 +139,7 @@ class Weights:
     bias: float
 
 
-# `python -m bench.turn_end --fit` prints these (class-balanced, L2 0.3; session 17: 281
+# `python -m bench.turn_fit --fit` prints these (class-balanced, L2 0.3; session 17: 281
 # pauses of the three sets, 146 of them true ends). With Whisper's closing probability
 # in, Smart Turn's weight fell from 0.1 to 0.01: on these sets what it hears, Whisper
 # hears better (docs/asr.md, "Session 17"). A transcript ending in a trailing mark is no

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 import yaml
 
-from bench.turn_end import first_outputs, fit_logistic
+from bench.turn_fit import fit_logistic
+from bench.turn_sets import first_outputs
 from voxrelay.asr.turn_end import probe_text
 from voxrelay.llm.sequence import TokenOutput
 from voxrelay.llm.turn_head import TurnHead
