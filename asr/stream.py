@@ -39,15 +39,8 @@ from voxrelay.asr.events import (
 from voxrelay.asr.models import ASRModels
 from voxrelay.asr.pause_habit import PauseHabit
 from voxrelay.asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
-from voxrelay.asr.turn_end import (
-    TurnSignals,
-    Weights,
-    end_probability,
-    unfinished,
-    wait_ms,
-    weights_for,
-    weights_without_text,
-)
+from voxrelay.asr.turn_decision import PendingEnd, TurnDecider
+from voxrelay.asr.turn_end import Weights, unfinished
 from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
 WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
@@ -64,20 +57,6 @@ class _Decoded:
 
 
 @dataclass(slots=True)
-class _PendingEnd:
-    """A pause being decided: its audio scored once the SpeculativeEnd is out
-    (`score_pending`), its decision once the LLM's P(end of turn) arrives (`hint`) or
-    the silence reaches `deadline_ms` without it."""
-
-    text: str
-    closing_prob: float | None  # Whisper's, from the decode of `text`
-    deadline_ms: float
-    scored: bool = False
-    audio_prob: float | None = None
-    decision_ns: int = 0  # CPU time spent on the decision so far
-
-
-@dataclass(slots=True)
 class _Utterance:
     utterance_id: int
     audio_start: int  # first sample handed to Whisper (speech start minus the pad)
@@ -85,7 +64,7 @@ class _Utterance:
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     last: _Decoded | None = None
     speculated: bool = False  # a SpeculativeEnd is out and not yet resolved
-    pending: _PendingEnd | None = None  # a learned end of turn awaiting its text signal
+    pending: PendingEnd | None = None  # a learned end of turn awaiting its text signal
 
 
 class ASRStream:
@@ -145,14 +124,8 @@ class ASRStream:
                 "ASRStream: turn_audio_model='smart-turn' but Smart Turn was not loaded; "
                 "load_asr() on a config that asks for it"
             )
-        self._turn_model = models.turn if wants_turn else None
-        self._weights = weights or weights_for(config.turn_audio_model)
-        self._weights_no_text = weights_without_text(self._weights)
+        self._turn = TurnDecider(config, models.turn if wants_turn else None, weights, habit)
         self._hold_unfinished = hold_unfinished
-        self.habit = habit or PauseHabit(config.turn_adapt_max_ms)
-        # The speech end of the last turn a pause ended (learned end of turn only), until
-        # the next speech starts: how long after it the speaker came back.
-        self._committed_end: int | None = None
         self._handlers: dict[EndpointKind, Callable[[EndpointEvent, int], list[ASREvent]]] = {
             EndpointKind.START: self._on_start,
             EndpointKind.PAUSE: self._on_pause,
@@ -253,9 +226,7 @@ class ASRStream:
         audio_start = event.sample if event.forced else max(event.sample - self._pad, 0)
         names = self.config.whisper_models  # (alone, shared) for "auto"
         model = names[-1] if self._shared is not None and self._shared() else names[0]
-        if self._committed_end is not None and not event.forced:
-            self.habit.speech_after_end((event.sample - self._committed_end) * 1000 / SAMPLE_RATE)
-        self._committed_end = None
+        self._turn.speech_started(event.sample, event.forced)
         utterance = _Utterance(self._next_id, audio_start, model)
         self._next_id += 1
         self._utterance = utterance
@@ -290,7 +261,7 @@ class ASRStream:
         ]
         if self.config.learns_end:
             deadline = self._endpointer.silence_ms + self.config.text_hint_wait_ms
-            utterance.pending = _PendingEnd(transcript.text, transcript.closing_prob, deadline)
+            utterance.pending = PendingEnd(transcript.text, transcript.closing_prob, deadline)
             self._endpointer.extend(self.config.turn_fallback_ms)
         return events
 
@@ -299,16 +270,11 @@ class ASRStream:
         worker calls this once it has sent the SpeculativeEnd, so the LLM prefills the
         reply (and reads its own probability) while this runs."""
         utterance = self._utterance
-        if utterance is None or utterance.pending is None or utterance.pending.scored:
+        if utterance is None or utterance.pending is None:
             return
-        pending = utterance.pending
-        started = time.perf_counter_ns()
-        if self._turn_model is not None:
-            now = self._vad.windows_done * WINDOW_SAMPLES
-            start = max(utterance.audio_start, now - WHISPER_MAX_SAMPLES)
-            pending.audio_prob = self._turn_model.score(self._audio.read(start, now)).probability
-        pending.scored = True
-        pending.decision_ns += time.perf_counter_ns() - started
+        now = self._vad.windows_done * WINDOW_SAMPLES
+        start = max(utterance.audio_start, now - WHISPER_MAX_SAMPLES)
+        self._turn.score(utterance.pending, lambda: self._audio.read(start, now))
 
     def hint(self, utterance_id: int, text_prob: float | None) -> list[ASREvent]:
         """The LLM's P(end of turn) for the pause of `utterance_id` (late ones are ignored);
@@ -332,35 +298,18 @@ class ASRStream:
         pending = utterance.pending
         assert pending is not None
         utterance.pending = None
-        started = time.perf_counter_ns()
-        weights: Weights | None = self._weights
-        if text_prob is None and self._weights.text:
-            # The LLM says it has no probability (a backend that does not probe, a server
-            # without logprobs, a remote probe past its grace): the fusion fitted without
-            # that term decides, not a guess at the missing value. Nothing at all by the
-            # deadline (an overloaded LLM, or audio fed faster than real time, where the
-            # silence outruns the wall clock): the silence rule, as the pause has already
-            # lasted text_hint_wait_ms (docs/asr.md, "Session 21").
-            weights = self._weights_no_text if told else None
-        signals = TurnSignals(pending.text, pending.audio_prob, text_prob, pending.closing_prob)
-        end_prob = end_probability(signals, weights or self._weights)
-        if weights is None:  # no such fit for these weights: the silence rule
-            wait = self.config.end_silence_ms
-        else:
-            wait = wait_ms(end_prob, self.config.eagerness, self.config.turn_fallback_ms)
-        wait = self.habit.wait_ms(wait, self.config.turn_fallback_ms)
-        decision_ms = (pending.decision_ns + time.perf_counter_ns() - started) / 1e6
+        decision = self._turn.decide(pending, text_prob, told, self.config)
         scored = EndScored(
             utterance.utterance_id,
             pending.audio_prob,
             text_prob,
             pending.closing_prob,
-            end_prob,
-            wait,
-            decision_ms,
+            decision.end_prob,
+            decision.wait_ms,
+            decision.decision_ms,
         )
-        if wait > self._endpointer.silence_ms:
-            self._endpointer.extend(wait)
+        if decision.wait_ms > self._endpointer.silence_ms:
+            self._endpointer.extend(decision.wait_ms)
             return [scored]
         events: list[ASREvent] = [scored]
         for endpoint_event in self._endpointer.end_now():
@@ -387,7 +336,7 @@ class ASRStream:
         if not transcript.text:
             return [Discard(utterance.utterance_id)]
         if not event.forced and self.config.learns_end:
-            self._committed_end = event.sample
+            self._turn.committed(event.sample)
         speech_end_ns = self._clock.arrival_ns(event.sample)
         final = Final(
             utterance.utterance_id,
