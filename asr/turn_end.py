@@ -7,11 +7,14 @@
    on the last 8 s (asr/turn_model.py). Not run by default: with signal 4 in, its fitted
    weight is 0.00-0.01 on these sets (docs/asr.md, "Session 18").
 3. The LLM's own P(<|im_end|>) after the user's words, read from the prefill that
-   starts the speculative reply (llm/runner.py probes; no extra forward pass). The
-   reply's prompt carries the words without Whisper's closing period (`probe_text`):
-   Whisper closes nearly every decode that stops at a pause with a period, so the mark
-   says little, and without it the model's probability separates cut-off words from
-   whole ones better (docs/asr.md, "Learned end of turn"). A question keeps its "?".
+   starts the speculative reply (llm/runner.py probes; no extra forward pass). It is
+   read after the words without Whisper's closing period (`probe_text`): Whisper
+   closes nearly every decode that stops at a pause with a period, so the mark says
+   little, and without it the model's probability separates cut-off words from whole
+   ones better (docs/asr.md, "Learned end of turn"). A question keeps its "?". The
+   reply's prompt keeps the mark: the probe reads the row of the last word, before it
+   (without it, SmolLM2 answers a statement by repeating it; docs/llm.md, "Session
+   31").
 4. Whisper's own P(the sentence closes) after the last word it wrote: a closing mark or
    the end of text against a trailing mark, from the decode that made the transcript
    (asr/textdecoder.py; no extra cost). Whisper hears the voice fall or hang.
@@ -91,8 +94,12 @@ def unfinished(text: str) -> bool:
     return last in _RARELY_LAST or (len(words) >= OPEN_WORDS and not _DIGIT.search(text))
 
 
+# What `probe_text` takes off the end of the user's words (a "?" only when more follows).
+TRAILING_MARKS = ".,?!;:…-— "
+
+
 def probe_text(text: str) -> str:
-    """The user's words as the reply's prompt carries them: without closing marks, but
+    """The user's words as the end-of-turn probe reads them: without closing marks, but
     a question keeps its "?". Whisper closes nearly every decode that stops at a pause
     with a period, so a period says little; it writes "?" only for a question, and
     without it SmolLM2 reads "What time is it" as unfinished (P(<|im_end|>) 1.7e-6,
@@ -100,7 +107,13 @@ def probe_text(text: str) -> str:
     stripped = text.strip()
     if stripped.endswith("?"):
         return stripped.rstrip("?").rstrip() + "?"
-    return stripped.rstrip(".,?!;:…-— ").strip()
+    return stripped.rstrip(TRAILING_MARKS).strip()
+
+
+def is_trailing_mark(piece: str) -> bool:
+    """Whether `piece` (one token's text) is only marks `probe_text` drops: the probe
+    is read before such tokens at the end of the user's words."""
+    return bool(piece) and "?" not in piece and not piece.strip(TRAILING_MARKS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ from tests.asr.natural import (
 from voxrelay.asr.events import SpeculativeEnd
 from voxrelay.asr.models import ASRModels
 from voxrelay.asr.stream import ASRStream
-from voxrelay.asr.turn_end import probe_text
 from voxrelay.pipeline.models import asset_path
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ def text_prober() -> Callable[[str], float | None]:
 
     def probe(text: str) -> float | None:
         request_id = next(ids)
-        prompt = dialogue.prompt_text(backend, config, probe_text(text))
+        prompt = dialogue.prompt_text(backend, config, text)
         output: TokenOutput = first_outputs(backend, {request_id: prompt})[request_id]
         return output.probe_prob
 

@@ -12,7 +12,8 @@ text waits for it and replaces any older waiting text (partials come faster than
 prefill on a busy server, and only the newest prefix matters).
 
 End-of-turn probe: a remote stream carries no logits, so with `probe_logprobs` > 0 each
-reply's request goes out beside a probe: the prompt up to the user's last word,
+reply's request goes out beside a probe: the prompt up to the user's last word (without
+Whisper's closing mark, which the reply's prompt keeps: asr/turn_end.py `probe_text`),
 max_tokens=1, asking the top `probe_logprobs` log-probabilities of the next token. The
 probability of <|im_end|> there is the native engine's probe (llm/runner.py), from the
 server's own model. Prefix-cached like a warm, it costs the server a forward over a few
@@ -35,6 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from voxrelay.asr.turn_end import probe_text
 from voxrelay.llm.backend import NO_TOKEN_ID, REPLY_HEADER
 from voxrelay.llm.config import LLMConfig
 from voxrelay.llm.sequence import FinishReason, TokenOutput
@@ -215,7 +217,7 @@ class AsyncBackend:
         put = self._outputs.put
         probe = None
         if self.probes_end_of_turn and prompt.endswith(REPLY_HEADER):
-            probe = self._loop.create_task(self._probe(prompt[: -len(REPLY_HEADER)]))
+            probe = self._loop.create_task(self._probe(probe_text(prompt[: -len(REPLY_HEADER)])))
         first = True
         try:
             async for chunk in self._generate(prompt, self.config.max_new_tokens):

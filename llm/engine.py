@@ -193,14 +193,18 @@ class LLMEngine:
         seq.num_prompt_tokens = len(token_ids)
         seq.probe_index = seq.probe_prob = None
 
-    def probe(self, request_id: int, index: int) -> None:
-        """Report the probability the model gives prompt token `index` (on the request's
-        first TokenOutput, `probe_prob`), read in the prefill that computes position
-        `index - 1`: no extra forward pass. Too late once that position is computed."""
+    def probe(self, request_id: int, index: int, token_id: int | None = None) -> None:
+        """Report the probability the model gives `token_id` (by default the prompt's own
+        token there) at prompt position `index` (on the request's first TokenOutput,
+        `probe_prob`), read in the prefill that computes position `index - 1`: no extra
+        forward pass. Too late once that position is computed."""
         seq = self._get(request_id)
         if not 1 <= index < seq.num_tokens:
             raise ValueError(f"probe index {index} outside the prompt (1..{seq.num_tokens - 1})")
+        if token_id is not None and not 0 <= token_id < self.tokenizer.vocab_size:
+            raise ValueError(f"probe token {token_id} outside [0, {self.tokenizer.vocab_size})")
         seq.probe_index = index if index - 1 >= seq.num_computed_tokens else None
+        seq.probe_token = seq.token_ids[index] if token_id is None else token_id
         seq.probe_prob = None
 
     def probe_hidden(self, request_id: int) -> torch.Tensor | None:

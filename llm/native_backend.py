@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from voxrelay.asr.turn_end import is_trailing_mark
 from voxrelay.llm.backend import REPLY_HEADER
 from voxrelay.llm.config import LLMConfig
 from voxrelay.llm.engine import LLMEngine
@@ -52,9 +53,14 @@ class NativeBackend:
         else:
             self._update(request_id, previous, ids, prompt_complete=True)
         # The <|im_end|> that closes the user's words: its probability is the model's
-        # P(the user's turn is over), read from the prefill this reply runs anyway.
+        # P(the user's turn is over), read from the prefill this reply runs anyway. It is
+        # read after the words, before Whisper's closing marks (asr/turn_end.py
+        # `probe_text`), which the prompt keeps for the reply.
         if prompt.endswith(REPLY_HEADER) and self._im_end in ids:
-            self.engine.probe(request_id, len(ids) - 1 - ids[::-1].index(self._im_end))
+            index = len(ids) - 1 - ids[::-1].index(self._im_end)
+            while index > 1 and is_trailing_mark(self.tokenizer.decode(ids[index - 1 : index])):
+                index -= 1
+            self.engine.probe(request_id, index, self._im_end)
 
     def prefilled_tokens(self, request_id: int) -> int:
         if request_id not in self._open:

@@ -164,7 +164,7 @@ class ModelRunner:
     def _read_probes(self, probes: list[tuple[Sequence, int]], logits: torch.Tensor) -> None:
         """Store each probed token's probability on its sequence; logits (P, V)."""
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # (P, V)
-        targets = [seq.token_ids[seq.probe_index] for seq, _ in probes]  # type: ignore[index]
+        targets = [seq.probe_token for seq, _ in probes]
         chosen = log_probs[torch.arange(len(probes)), torch.tensor(targets)].exp().tolist()
         for (seq, _), prob in zip(probes, chosen, strict=True):
             seq.probe_prob = float(prob)

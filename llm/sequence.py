@@ -36,9 +36,9 @@ class TokenOutput:
     request ended with it ("stop": end-of-turn token, "length": token or context limit).
 
     `num_cached_tokens`: prompt tokens the prefix cache served (0 where not known yet).
-    `probe_prob`: on a request's first token, the probability the model gave the prompt
-    token `probe_index` (see Sequence), read from the prefill that computed its
-    position; None when no probe was asked for or it could not be read.
+    `probe_prob`: on a request's first token, the probability the model gave the probed
+    token at `probe_index` (see Sequence), read from the prefill that computed the
+    position before; None when no probe was asked for or it could not be read.
     `logprobs`: the token's log-probabilities, where the request asked for them.
     """
 
@@ -70,6 +70,7 @@ class Sequence:
     # anyway (the stage asks for the <|im_end|> that closes the user's words: the
     # model's own P(the user's turn is over), docs/llm.md "End-of-turn probe").
     probe_index: int | None = None
+    probe_token: int = 0  # the token whose probability is read there
     probe_prob: float | None = None
     probe_hidden: torch.Tensor | None = None  # (D,), kept only while training the head
     # Log-probabilities of each generated token and its `top_logprobs` likeliest rivals

@@ -39,7 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from voxrelay.asr.turn_end import probe_text
 from voxrelay.ipc.channel import Sender
 from voxrelay.ipc.records import (
     CONTROL_BODY,
@@ -192,8 +191,10 @@ class LLMHandler(TableHandler):
 
     def _start_reply(self, record: Record, text: str, committed: bool) -> tuple[int, _Reply]:
         dialogue = self._dialogue(record.session_id)
-        # Without Whisper's closing mark: the probe of P(end of turn) reads this prompt.
-        prompt = dialogue.prompt_text(self.backend, self.config, probe_text(text))
+        # With Whisper's closing mark: the probe of P(end of turn) is read before it
+        # (asr/turn_end.py `probe_text`), and without it SmolLM2 answers a statement by
+        # repeating it ("He was not an ill-disposed young man" -> the same words).
+        prompt = dialogue.prompt_text(self.backend, self.config, text)
         reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
         reply.committed = committed
         reply.limit = SentenceLimit(self.config.max_sentences)

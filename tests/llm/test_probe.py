@@ -41,6 +41,40 @@ def test_backend_probes_the_end_of_the_users_words(engine: LLMEngine) -> None:
     assert outputs[1] > 100 * outputs[2], outputs
 
 
+def _probes(engine: LLMEngine, prompts: list[str]) -> list[float | None]:
+    backend = NativeBackend(engine.config, engine)
+    for request_id, prompt in enumerate(prompts, start=100):
+        backend.submit(request_id, prompt)
+    outputs: dict[int, float | None] = {}
+    while len(outputs) < len(prompts):
+        for output in engine.step():
+            if output.request_id not in outputs:
+                outputs[output.request_id] = output.probe_prob
+                engine.abort(output.request_id)
+    return [outputs[request_id] for request_id in range(100, 100 + len(prompts))]
+
+
+@pytest.mark.parametrize(
+    ("marked", "bare"),
+    [
+        ("He was not an ill-disposed young man.", "He was not an ill-disposed young man"),
+        ("And so my fellow Americans,", "And so my fellow Americans"),
+        ("Well, good luck with that...", "Well, good luck with that"),
+        ("Is it raining?", "Is it raining?"),
+    ],
+)
+def test_the_probe_reads_before_whispers_closing_marks(
+    engine: LLMEngine, marked: str, bare: str
+) -> None:
+    """The reply's prompt keeps Whisper's closing mark (without it SmolLM2 answers a
+    statement by repeating it), and the probe reads P(<|im_end|>) at the last word's row,
+    before the mark: the probability of the words without it (asr/turn_end.py
+    `probe_text`), which the fusion's weights were fitted on. A "?" stays in."""
+    with_mark, without = _probes(engine, [_prompt(engine, marked), _prompt(engine, bare)])
+    assert with_mark is not None and without is not None
+    assert with_mark == pytest.approx(without, rel=1e-3)
+
+
 def test_probe_survives_an_open_prompt_and_the_prefix_cache(engine: LLMEngine) -> None:
     """The stage's path: prefilled from partial words while the user speaks, completed
     at the pause; then the same prompt again, its blocks cached (a retracted reply)."""

@@ -165,11 +165,12 @@ def test_prefix_caching_cuda_graphs_warming_and_streaming(
         (reply,) = [params for text, params in engine.requests if text == prompt]
         assert reply.kwargs["stop"] == ["<|im_end|>", "<|endoftext|>"]
         assert reply.kwargs["max_tokens"] == 4 and "logprobs" not in reply.kwargs
-        # Beside it, the end-of-turn probe: the user's words alone, one token, the top 20
+        # Beside it, the end-of-turn probe: the user's words alone, without Whisper's
+        # closing mark (asr/turn_end.py `probe_text`), one token, the top 20
         # log-probabilities; its P(<|im_end|>) rides on the reply's first token.
         (probe,) = [params for _, params in engine.requests if params.kwargs.get("logprobs")]
         assert probe.kwargs["logprobs"] == 20 and probe.kwargs["max_tokens"] == 1
-        assert engine.requests[-1][0] == prompt.removesuffix(REPLY_HEADER)
+        assert engine.requests[-1][0] == prompt.removesuffix(REPLY_HEADER).removesuffix(".")
         assert outputs[0].probe_prob == pytest.approx(math.exp(-1.6))
         assert all(out.probe_prob is None for out in outputs[1:])
     finally:
