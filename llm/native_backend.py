@@ -15,6 +15,9 @@ from voxrelay.llm.config import LLMConfig
 from voxrelay.llm.engine import LLMEngine
 from voxrelay.llm.sequence import TokenOutput
 
+# The most tokens of closing marks looked past at the end of the user's words.
+MAX_MARK_TOKENS = 8
+
 
 class NativeBackend:
     probes_end_of_turn = True
@@ -57,10 +60,22 @@ class NativeBackend:
         # read after the words, before Whisper's closing marks (asr/turn_end.py
         # `probe_text`), which the prompt keeps for the reply.
         if prompt.endswith(REPLY_HEADER) and self._im_end in ids:
-            index = len(ids) - 1 - ids[::-1].index(self._im_end)
-            while index > 1 and is_trailing_mark(self.tokenizer.decode(ids[index - 1 : index])):
-                index -= 1
-            self.engine.probe(request_id, index, self._im_end)
+            end = len(ids) - 1 - ids[::-1].index(self._im_end)
+            self.engine.probe(request_id, self._after_words(ids, end), self._im_end)
+
+    def _after_words(self, ids: list[int], end: int) -> int:
+        """The position after the user's words in `ids`, whose message closes at `end`:
+        before the closing marks that end them (a few tokens; a tail that decodes to
+        half a character is the middle of one, so no cut goes there)."""
+        after = end
+        for start in range(end - 1, max(end - MAX_MARK_TOKENS, 1) - 1, -1):
+            tail = self.tokenizer.decode(ids[start:end])
+            if "\ufffd" in tail:
+                continue
+            if not is_trailing_mark(tail):
+                break
+            after = start
+        return after
 
     def prefilled_tokens(self, request_id: int) -> int:
         if request_id not in self._open:
