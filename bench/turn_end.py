@@ -48,10 +48,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bench.turn_sets import splice_turns, stream_turn, text_prober
+from bench.turn_sets import all_sets, stream_turn, text_prober
 from tests.asr.clipdata import SAMPLE_RATE, T0_NS
-from tests.asr.natural import Turn, lecture_turns, natural_turns, unscripted_turns
-from tests.asr.spoken_requests import request_turns
+from tests.asr.natural import Turn
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import EndScored, Final
 from voxrelay.asr.models import ASRModels, load_asr
@@ -148,14 +147,8 @@ def _no_probability(text: str) -> float | None:
 
 def run() -> dict[str, float]:
     models = load_asr(ASRConfig(model="auto", turn_audio_model="smart-turn"))
-    natural = natural_turns(asset_path("naturalclips"), asset_path("testclips"), models.vad)
-    sets = {
-        "natural": natural,
-        "splice": splice_turns(models.whisper["base"], models),
-        "requests": request_turns(models.vad),
-        "lecture": lecture_turns(asset_path("naturalclips"), models.vad),
-        "unscripted": unscripted_turns(asset_path("naturalclips"), models.vad),
-    }
+    sets = all_sets(models)
+    natural = sets["natural"]
     outcomes = evaluate(models, sets)
     results = {
         "turn_end.pauses.natural": float(sum(len(t.pauses) for t in natural)),

@@ -14,9 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bench.turn_end import SMART_TURN
-from bench.turn_sets import splice_turns, stream_turn, text_prober
-from tests.asr.natural import lecture_turns, natural_turns, unscripted_turns
-from tests.asr.spoken_requests import request_turns
+from bench.turn_sets import all_sets, stream_turn, text_prober
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import EndScored, Resume, SpeculativeEnd
 from voxrelay.asr.models import load_asr
@@ -30,7 +28,6 @@ from voxrelay.asr.turn_end import (
     unfinished,
     wait_ms,
 )
-from voxrelay.pipeline.models import asset_path
 
 
 def fit_logistic(
@@ -70,13 +67,7 @@ def scored_pauses() -> list[ScoredPause]:
     hold), so no cut changes what the next pause hears. The last pause of a turn
     without a true end is left out."""
     models = load_asr(ASRConfig(model="auto", turn_audio_model="smart-turn"))
-    natural = natural_turns(asset_path("naturalclips"), asset_path("testclips"), models.vad)
-    sets = [("natural", turn) for turn in natural]
-    sets += [("splice", turn) for turn in splice_turns(models.whisper["base"], models)]
-    sets += [("requests", turn) for turn in request_turns(models.vad)]
-    sets += [("lecture", turn) for turn in lecture_turns(asset_path("naturalclips"), models.vad)]
-    unscripted = unscripted_turns(asset_path("naturalclips"), models.vad)
-    sets += [("unscripted", turn) for turn in unscripted]
+    sets = [(name, turn) for name, turns in all_sets(models).items() for turn in turns]
     probe = text_prober()
     never = Weights(0.0, 0.0, 0.0, 0.0, 0.0, -50.0)
     config = replace(SMART_TURN, turn_detection="learned", turn_fallback_ms=10_000)

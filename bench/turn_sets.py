@@ -17,10 +17,14 @@ from tests.asr.natural import (
     POCKETSPHINX,
     Turn,
     has_true_end,
+    lecture_turns,
+    natural_turns,
     quietest_near,
+    unscripted_turns,
     unvoiced_run,
     voiced_windows,
 )
+from tests.asr.spoken_requests import request_turns
 from voxrelay.asr.events import SpeculativeEnd
 from voxrelay.asr.models import ASRModels
 from voxrelay.asr.stream import ASRStream
@@ -106,6 +110,18 @@ def stream_turn(
         events += [(arrival_ns, event) for event in new]
     events += [(arrival_ns, event) for event in stream.flush(arrival_ns)]
     return events
+
+
+def all_sets(models: ASRModels) -> dict[str, list[Turn]]:
+    """`bench.turn_end`'s five sets, by name (its docstring says what each holds)."""
+    natural_root = asset_path("naturalclips")
+    return {
+        "natural": natural_turns(natural_root, asset_path("testclips"), models.vad),
+        "splice": splice_turns(models.whisper["base"], models),
+        "requests": request_turns(models.vad),
+        "lecture": lecture_turns(natural_root, models.vad),
+        "unscripted": unscripted_turns(natural_root, models.vad),
+    }
 
 
 def _spliced(
