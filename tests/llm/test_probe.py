@@ -23,25 +23,8 @@ def _prompt(engine: LLMEngine, words: str) -> str:
     return backend.render([{"role": "user", "content": words}])
 
 
-def test_backend_probes_the_end_of_the_users_words(engine: LLMEngine) -> None:
-    backend = NativeBackend(engine.config, engine)
-    whole = _prompt(engine, "What is the weather like today")
-    cut = _prompt(engine, "I would like to book a")
-    assert whole.endswith(REPLY_HEADER)
-    backend.submit(1, whole)
-    backend.submit(2, cut)
-    outputs: dict[int, float | None] = {}
-    while len(outputs) < 2:
-        for output in engine.step():
-            outputs.setdefault(output.request_id, output.probe_prob)
-    engine.abort(1)
-    engine.abort(2)
-    assert outputs[1] is not None and outputs[2] is not None
-    # A whole question is far likelier to be the end of the user's turn than "book a".
-    assert outputs[1] > 100 * outputs[2], outputs
-
-
 def _probes(engine: LLMEngine, prompts: list[str]) -> list[float | None]:
+    """Each prompt submitted as the stage does; the probe its first token carries."""
     backend = NativeBackend(engine.config, engine)
     for request_id, prompt in enumerate(prompts, start=100):
         backend.submit(request_id, prompt)
@@ -52,6 +35,16 @@ def _probes(engine: LLMEngine, prompts: list[str]) -> list[float | None]:
                 outputs[output.request_id] = output.probe_prob
                 engine.abort(output.request_id)
     return [outputs[request_id] for request_id in range(100, 100 + len(prompts))]
+
+
+def test_backend_probes_the_end_of_the_users_words(engine: LLMEngine) -> None:
+    whole = _prompt(engine, "What is the weather like today")
+    cut = _prompt(engine, "I would like to book a")
+    assert whole.endswith(REPLY_HEADER)
+    outputs = _probes(engine, [whole, cut])
+    assert outputs[0] is not None and outputs[1] is not None
+    # A whole question is far likelier to be the end of the user's turn than "book a".
+    assert outputs[0] > 100 * outputs[1], outputs
 
 
 @pytest.mark.parametrize(
