@@ -9,37 +9,27 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from voxrelay.ipc.records import AUDIO_FORMAT, END_SCORE, STAMP_BODY, Record, RecordKind, Stamp
+from voxrelay.ipc.records import AUDIO_FORMAT, Record, RecordKind, Stamp
 from voxrelay.pipeline.commit_gate import CommitGate, Retraction
 from voxrelay.pipeline.heard import CUT_MARK, Playback, heard_text
+from voxrelay.pipeline.stamps import SPECULATIVE_STAMPS, StampRecord, write_stamp
 from voxrelay.pipeline.trace import TraceSink, TurnTrace
 
 # Ended turn ids remembered so their late records (a stamp sent after the turn's last
 # audio) cannot open a ghost trace; older ids are forgotten first.
 MAX_ENDED_TURNS = 1024
 
-# Stamps that only carry text for the client: `Sink.on_text` kinds, no trace field.
-_LIVE_TEXT: dict[Stamp, str] = {
-    Stamp.PARTIAL_TEXT: "transcript.partial",
-    Stamp.REPLY_DELTA: "response.text.delta",
-}
+# Stamps that only reach the client (captions) or the playback: no trace field.
+_UNTRACED = frozenset({Stamp.PARTIAL_TEXT, Stamp.REPLY_DELTA, Stamp.FRAGMENT})
 # Finished turns a session keeps in memory (Session.finished).
 MAX_FINISHED_TURNS = 1024
 # What a speculative reply produces: held until its turn commits (pipeline.commit_gate).
 _GATED_RECORDS = frozenset({RecordKind.AUDIO_OUT, RecordKind.AUDIO_END})
-# Trace points of a retracted speculative reply: its successor stamps them again.
-_SPECULATIVE_STAMPS = (
-    Stamp.SPECULATIVE_END,
-    Stamp.LLM_START,
-    Stamp.LLM_FIRST_TOKEN,
-    Stamp.TTS_FIRST_AUDIO,
-)
 
 
 class Sink(Protocol):
@@ -108,6 +98,16 @@ class Session:
             RecordKind.STAMP: self._on_stamp,
             RecordKind.ERROR: self._on_error,
         }
+        # What a stamp does for the client, after `write_stamp` has filled the row.
+        self._stamp_effects: dict[Stamp, Callable[[StampRecord], None]] = {
+            Stamp.PARTIAL_TEXT: self._on_partial,
+            Stamp.REPLY_DELTA: self._on_reply_delta,
+            Stamp.FRAGMENT: self._on_fragment,
+            Stamp.SPEECH_START: self._on_speech_start,
+            Stamp.TRANSCRIPT: self._on_transcript,
+            Stamp.REPLY_TEXT: self._on_reply_text,
+            Stamp.END_HELD: self._on_end_held,
+        }
 
     def trace(self, turn_id: int) -> TurnTrace:
         if turn_id not in self.turns:
@@ -147,7 +147,7 @@ class Session:
         self.playbacks.pop(record.turn_id, None)  # its fragments were never played
         trace = self.turns.get(record.turn_id)
         if trace is not None:
-            for stamp in _SPECULATIVE_STAMPS:
+            for stamp in SPECULATIVE_STAMPS:
                 if stamp in trace.stamps and retraction.covers(stamp, trace.stamps[stamp]):
                     del trace.stamps[stamp]
             trace.speculative_retracts += 1
@@ -302,69 +302,56 @@ class Session:
         self.sink.on_turn_done(trace)
 
     def _on_stamp(self, record: Record) -> None:
-        point, value = STAMP_BODY.unpack_from(record.payload)
-        text = record.payload[STAMP_BODY.size :].decode("utf-8", errors="replace")
-        stamp = Stamp(point)
-        retraction = self._retracted.get(record.turn_id)
-        if retraction is not None and retraction.covers(stamp, record.stamp_ns):
+        stamp = StampRecord.read(record)
+        retraction = self._retracted.get(stamp.turn_id)
+        if retraction is not None and retraction.covers(stamp.stamp, stamp.stamped_ns):
             return  # a retracted attempt's: its audio was dropped unheard
-        if stamp in _LIVE_TEXT:
-            live = functools.partial(self.sink.on_text, record.turn_id, _LIVE_TEXT[stamp], text)
-            if stamp == Stamp.REPLY_DELTA and not self.gate.admits(record.turn_id):
-                self.gate.hold(record.turn_id, live, record.stamp_ns)  # speculative: not yet
-            else:
-                live()
-            if stamp == Stamp.PARTIAL_TEXT and self.on_transcript is not None:
-                self.on_transcript(self, record.turn_id, text, False)
-            return
-        if stamp == Stamp.FRAGMENT:
-            self._playback(record.turn_id).fragments.append((text, value))
-            return
-        trace = self.trace(record.turn_id)
-        if stamp == Stamp.SPEECH_START:
-            trace.mark(stamp, record.stamp_ns)  # before the barge-in rule reads it
-            self.sink.on_text(record.turn_id, "speech.started", "")
-            if self.on_speech_start is not None:
-                self.on_speech_start(self, record.turn_id)
-        if stamp == Stamp.TRANSCRIPT:
-            trace.transcript = text
-            self.sink.on_text(record.turn_id, "transcript.final", text)
-            if self.on_transcript is not None:
-                self.on_transcript(self, record.turn_id, text, True)
-        elif stamp == Stamp.REPLY_TEXT:
-            trace.reply_text = text
-            done = functools.partial(self.sink.on_text, record.turn_id, "response.text", text)
-            # A reply that ended while speculative (the learned end of turn waited longer
-            # than its generation) stamps its text at the commit, before the COMMIT: its
-            # held deltas go out first, then the whole text.
-            if self.gate.admits(record.turn_id):
-                done()
-            else:
-                self.gate.hold(record.turn_id, done, record.stamp_ns)
-        elif stamp == Stamp.LLM_PREFILL:
-            trace.prefill_tokens = value
-            trace.prefill_early_tokens = int(text) if text.isdigit() else 0
-        elif stamp == Stamp.END_HELD:
-            trace.end_holds += 1
-            self.sink.on_text(record.turn_id, "speech.held", "")
-        elif stamp == Stamp.END_SCORED:
-            audio, text_prob, closing, end_prob, decision_ms = END_SCORE.unpack_from(
-                record.payload, STAMP_BODY.size
-            )
-            trace.end_scores += 1
-            trace.end_audio_prob = None if math.isnan(audio) else audio
-            trace.end_text_prob = None if math.isnan(text_prob) else text_prob
-            trace.end_closing_prob = None if math.isnan(closing) else closing
-            trace.end_prob, trace.end_wait_ms, trace.end_decision_ms = end_prob, value, decision_ms
-        elif stamp in _SPECULATIVE_STAMPS:
-            # One per attempt at the reply: the next attempt's replaces a retracted one's,
-            # even when it comes before the RESUME (pipeline.commit_gate.Retraction).
-            trace.stamps[stamp] = max(trace.stamps.get(stamp, 0), record.stamp_ns)
+        if stamp.stamp not in _UNTRACED:
+            # the row first: the barge-in rule reads the speech start from it
+            write_stamp(self.trace(stamp.turn_id), stamp)
+        effect = self._stamp_effects.get(stamp.stamp)
+        if effect is not None:
+            effect(stamp)
+
+    def _on_partial(self, stamp: StampRecord) -> None:
+        self.sink.on_text(stamp.turn_id, "transcript.partial", stamp.text)
+        if self.on_transcript is not None:
+            self.on_transcript(self, stamp.turn_id, stamp.text, False)
+
+    def _on_reply_delta(self, stamp: StampRecord) -> None:
+        live = functools.partial(
+            self.sink.on_text, stamp.turn_id, "response.text.delta", stamp.text
+        )
+        if self.gate.admits(stamp.turn_id):
+            live()
+        else:  # speculative: not yet
+            self.gate.hold(stamp.turn_id, live, stamp.stamped_ns)
+
+    def _on_fragment(self, stamp: StampRecord) -> None:
+        self._playback(stamp.turn_id).fragments.append((stamp.text, stamp.value))
+
+    def _on_speech_start(self, stamp: StampRecord) -> None:
+        self.sink.on_text(stamp.turn_id, "speech.started", "")
+        if self.on_speech_start is not None:
+            self.on_speech_start(self, stamp.turn_id)
+
+    def _on_transcript(self, stamp: StampRecord) -> None:
+        self.sink.on_text(stamp.turn_id, "transcript.final", stamp.text)
+        if self.on_transcript is not None:
+            self.on_transcript(self, stamp.turn_id, stamp.text, True)
+
+    def _on_reply_text(self, stamp: StampRecord) -> None:
+        done = functools.partial(self.sink.on_text, stamp.turn_id, "response.text", stamp.text)
+        # A reply that ended while speculative (the learned end of turn waited longer
+        # than its generation) stamps its text at the commit, before the COMMIT: its
+        # held deltas go out first, then the whole text.
+        if self.gate.admits(stamp.turn_id):
+            done()
         else:
-            trace.mark(stamp, record.stamp_ns)
-            if stamp == Stamp.ASR_FINAL:
-                trace.asr_decode_ms = value / 1000
-                trace.asr_model = text or trace.asr_model  # "auto" picks one per turn
+            self.gate.hold(stamp.turn_id, done, stamp.stamped_ns)
+
+    def _on_end_held(self, stamp: StampRecord) -> None:
+        self.sink.on_text(stamp.turn_id, "speech.held", "")
 
     def _on_error(self, record: Record) -> None:
         self.fail(record.turn_id, record.text())
