@@ -153,9 +153,9 @@ async def run_file_async(
     trace_path: str | Path | None = None,
     timeout_s: float = 120.0,
 ) -> FileReply:
-    """`voxrelay run` as a call: the WAV (or 16 kHz .raw) at `path` goes through a
-    pipeline of its own (at a microphone's pace with `realtime`, then 1 s of silence);
-    the reply is written to `output` as a WAV when one is named."""
+    """`voxrelay run` as a call: the audio file at `path` (WAV, FLAC, MP3, ... or 16 kHz
+    .raw) goes through a pipeline of its own (at a microphone's pace with `realtime`, then
+    1 s of silence); the reply is written to `output` as a WAV when one is named."""
     clip = read_clip(Path(path))
     pcm = clip.with_silence(1.0).pcm16.reshape(-1, clip.channels)  # (samples, channels)
     async with (

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-RAW_SAMPLE_RATE = 16_000  # pocketsphinx-style .raw clips: 16 kHz s16le mono
+from voxrelay.asr.audio_file import read_audio_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,24 +50,9 @@ class Clip:
 
 
 def read_clip(path: Path) -> Clip:
-    """A WAV (PCM16, any rate, mono or stereo) or a 16 kHz s16le `.raw` file."""
-    if not path.is_file():
-        raise ValueError(f"input file {path} does not exist")
-    if path.suffix == ".raw":
-        return Clip(np.fromfile(path, dtype="<i2"), RAW_SAMPLE_RATE, 1)
-    try:
-        with wave.open(str(path), "rb") as wav:
-            if wav.getsampwidth() != 2:
-                raise ValueError(
-                    f"{path}: only 16-bit PCM WAV is supported, "
-                    f"got {8 * wav.getsampwidth()}-bit samples"
-                )
-            frames = wav.readframes(wav.getnframes())
-            return Clip(
-                np.frombuffer(frames, dtype="<i2").copy(), wav.getframerate(), wav.getnchannels()
-            )
-    except wave.Error as exc:
-        raise ValueError(f"{path} is not a readable WAV file: {exc}") from None
+    """An audio file (WAV, FLAC, MP3, ...) or a 16 kHz s16le `.raw`: `asr.audio_file`."""
+    audio = read_audio_file(path)
+    return Clip(audio.pcm16, audio.sample_rate, audio.channels)
 
 
 def write_wav(path: Path, pcm16: bytes, sample_rate: int) -> None:
