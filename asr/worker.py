@@ -160,6 +160,9 @@ class ASRHandler(TableHandler):
                 return
             self.turn_taking[record.session_id] = settings
             return
+        if op == ControlOp.TURN_BASE:
+            self._turn_base(record.session_id, record.turn_id, int(argument))
+            return
         if op == ControlOp.SESSION_CLOSE:
             self.held = [(sid, event) for sid, event in self.held if sid != record.session_id]
             self.streams.pop(record.session_id, None)
@@ -167,6 +170,18 @@ class ASRHandler(TableHandler):
             self.next_turn.pop(record.session_id, None)
             self.turn_taking.pop(record.session_id, None)
             release_freed_memory()  # its ~2 MB of buffers; glibc would keep them
+
+    def _turn_base(self, session_id: int, turn_id: int, first: int) -> None:
+        """The session's utterances are numbered from `first` on (the agent's greeting
+        took the turns below). Pipeline.greet sends it before the session's first audio;
+        a stream that has already numbered an utterance keeps its numbers."""
+        used = self.next_turn.get(session_id, 0)
+        if session_id in self.streams and used > self.turn_base.get(session_id, 0):
+            self.events.error(session_id, turn_id, f"turn {used - 1} was numbered already")
+            return
+        self.next_turn[session_id] = max(used, first)
+        if session_id in self.streams:
+            self.turn_base[session_id] = self.next_turn[session_id]
 
     def _forward(self, session_id: int, events: list[ASREvent]) -> None:
         for event in events:

@@ -72,6 +72,12 @@ class ControlOp(IntEnum):
     TURN_HINT = 8
     # ASR only: the session's eagerness (UTF-8 after CONTROL_BODY); argument = fallback ms
     TURN_TAKING = 9
+    # LLM only: turn_id's reply is the agent's opening, before the user has said a word;
+    # argument 1: the UTF-8 after CONTROL_BODY is spoken as written; 0: the model writes it
+    GREET = 10
+    # ASR only: the session's first utterance is turn `argument` (the turns below it are
+    # the agent's own: a greeting); sent before the session's first audio
+    TURN_BASE = 11
 
 
 class Stamp(IntEnum):

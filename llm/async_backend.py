@@ -164,11 +164,11 @@ class AsyncBackend:
         if self.warm_prefix:
             self._loop.call_soon_threadsafe(self._warm, request_id, prompt)
 
-    def submit(self, request_id: int, prompt: str) -> None:
+    def submit(self, request_id: int, prompt: str, probe: bool = True) -> None:
         # A warm still in flight is left to finish: its blocks are the ones this reuses.
         self._prefilled.pop(request_id, None)
         self._loop.call_soon_threadsafe(self._end_warming, request_id, False)
-        coroutine = self._decode(request_id, prompt)
+        coroutine = self._decode(request_id, prompt, probe)
         self._streams[request_id] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def prefilled_tokens(self, request_id: int) -> int:
@@ -213,10 +213,10 @@ class AsyncBackend:
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _decode(self, request_id: int, prompt: str) -> None:
+    async def _decode(self, request_id: int, prompt: str, probe_words: bool) -> None:
         put = self._outputs.put
         probe = None
-        if self.probes_end_of_turn and prompt.endswith(REPLY_HEADER):
+        if probe_words and self.probes_end_of_turn and prompt.endswith(REPLY_HEADER):
             probe = self._loop.create_task(self._probe(probe_text(prompt[: -len(REPLY_HEADER)])))
         first = True
         try:

@@ -45,8 +45,10 @@ class LLMBackend(Protocol):
         """The open prompt is now `prompt`: usually a longer text; a revision replaces it."""
         ...
 
-    def submit(self, request_id: int, prompt: str) -> None:
-        """Generate a reply to `prompt`, completing the open prompt `request_id` if any."""
+    def submit(self, request_id: int, prompt: str, probe: bool = True) -> None:
+        """Generate a reply to `prompt`, completing the open prompt `request_id` if any;
+        `probe`: read P(<|im_end|>) after the user's words (`probes_end_of_turn`), off
+        for a prompt that ends with no user words (the agent's opening)."""
         ...
 
     def prefilled_tokens(self, request_id: int) -> int:

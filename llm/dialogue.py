@@ -87,8 +87,16 @@ class Dialogue:
     def messages(self) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
         for user, assistant in self.exchanges:
-            out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+            if user:  # empty: the agent's opening, spoken before the user said a word
+                out.append({"role": "user", "content": user})
+            out.append({"role": "assistant", "content": assistant})
         return out
+
+    def opening_prompt(self, backend: LLMBackend, config: LLMConfig) -> str:
+        """The ChatML prompt for the agent's opening: the system prompt and the history so
+        far (none at a session's start), then the assistant's header."""
+        system = {"role": "system", "content": self.system_prompt or config.system_prompt}
+        return backend.render([system, *self.messages()])
 
     def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
         """The ChatML prompt for a new user turn, fitted to leave room for a full reply:

@@ -48,7 +48,7 @@ class NativeBackend:
         self._update(request_id, self._open[request_id], ids, prompt_complete=False)
         self._open[request_id] = ids
 
-    def submit(self, request_id: int, prompt: str) -> None:
+    def submit(self, request_id: int, prompt: str, probe: bool = True) -> None:
         ids = self._encode(prompt)
         previous = self._open.pop(request_id, None)
         if previous is None:
@@ -59,7 +59,7 @@ class NativeBackend:
         # P(the user's turn is over), read from the prefill this reply runs anyway. It is
         # read after the words, before Whisper's closing marks (asr/turn_end.py
         # `probe_text`), which the prompt keeps for the reply.
-        if prompt.endswith(REPLY_HEADER) and self._im_end in ids:
+        if probe and prompt.endswith(REPLY_HEADER) and self._im_end in ids:
             end = len(ids) - 1 - ids[::-1].index(self._im_end)
             self.engine.probe(request_id, self._after_words(ids, end), self._im_end)
 

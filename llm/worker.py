@@ -51,7 +51,7 @@ from voxrelay.ipc.records import (
     Stamp,
     split_text_pair,
 )
-from voxrelay.llm.backend import create_backend
+from voxrelay.llm.backend import NO_TOKEN_ID, create_backend
 from voxrelay.llm.core_yield import CoreYield
 from voxrelay.llm.dialogue import Dialogue, llm_config
 from voxrelay.llm.open_prompts import OpenPrompts
@@ -105,6 +105,14 @@ class LLMHandler(TableHandler):
             RecordKind.FINAL: self._on_final,
             RecordKind.END_OF_INPUT: self._on_end_of_input,
             RecordKind.CONTROL: self._on_control,
+        }
+        self._controls: dict[ControlOp, Callable[[Record, int], None]] = {
+            ControlOp.SYSTEM_PROMPT: self._on_system_prompt,
+            ControlOp.SESSION_OPEN: self._on_session_open,
+            ControlOp.HEARD: self._on_heard,
+            ControlOp.GREET: self._on_greet,
+            ControlOp.NEW_TURN: self._on_new_turn,
+            ControlOp.SESSION_CLOSE: self._on_session_close,
         }
 
     def _on_partial(self, record: Record) -> None:
@@ -235,45 +243,77 @@ class LLMHandler(TableHandler):
 
     def _on_control(self, record: Record) -> None:
         op, argument = CONTROL_BODY.unpack_from(record.payload)
-        if op == ControlOp.SYSTEM_PROMPT:
-            prompt = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
-            self._dialogue(record.session_id).system_prompt = prompt
-            self.prompts.drop(record.session_id)  # prefilled under the old prompt
-            self._ahead(record.session_id)
+        handler = self._controls.get(op)
+        if handler is not None:
+            handler(record, int(argument))
+
+    def _on_system_prompt(self, record: Record, _argument: int) -> None:
+        self._dialogue(record.session_id).system_prompt = record.text(CONTROL_BODY.size)
+        self.prompts.drop(record.session_id)  # prefilled under the old prompt
+        self._ahead(record.session_id)
+
+    def _on_session_open(self, record: Record, _argument: int) -> None:
+        self._ahead(record.session_id)
+
+    def _on_heard(self, record: Record, continued: int) -> None:
+        # continued 1: the user went on with that turn
+        heard = record.text(CONTROL_BODY.size)
+        user = self.cut.pop((record.session_id, record.turn_id), None)
+        self._dialogue(record.session_id).heard(record.turn_id, heard, user, bool(continued))
+        self.prompts.drop(record.session_id)  # prefilled over the old history
+        self._ahead(record.session_id)
+
+    def _on_greet(self, record: Record, verbatim: int) -> None:
+        """The agent's opening: a reply with no user words before it, spoken as written
+        (`verbatim`) or written by the model from the system prompt and the history."""
+        session_id, turn_id = record.session_id, record.turn_id
+        self.prompts.drop(session_id)  # opened ahead over a history without the opening
+        reply = _Reply(session_id, turn_id, time.perf_counter_ns(), user_text="")
+        reply.limit = SentenceLimit(self.config.max_sentences)
+        request_id = next(self._request_ids)
+        self.events.stamp(session_id, turn_id, Stamp.LLM_START)
+        self.replies[request_id] = reply
+        if verbatim:
+            self._commit(request_id, reply)
+            self.events.stamp(session_id, turn_id, Stamp.LLM_FIRST_TOKEN)
+            self._send_text(reply, NO_TOKEN_ID, record.text(CONTROL_BODY.size).strip())
+            self._finish(request_id, reply, "greeting")
             return
-        if op == ControlOp.SESSION_OPEN:
-            self._ahead(record.session_id)
-            return
-        if op == ControlOp.HEARD:  # argument 1: the user went on with that turn
-            heard = record.payload[CONTROL_BODY.size :].decode("utf-8", errors="replace")
-            user = self.cut.pop((record.session_id, record.turn_id), None)
-            continued = bool(argument)
-            self._dialogue(record.session_id).heard(record.turn_id, heard, user, continued)
-            self.prompts.drop(record.session_id)  # prefilled over the old history
-            self._ahead(record.session_id)
-            return
-        if op not in (ControlOp.NEW_TURN, ControlOp.SESSION_CLOSE):
-            return
-        limit = record.turn_id if op == ControlOp.NEW_TURN else 1 << 32
-        for request_id, reply in list(self.replies.items()):
-            if reply.session_id == record.session_id and reply.turn_id < limit:
-                self.backend.abort(request_id)
-                del self.replies[request_id]
-                if op == ControlOp.NEW_TURN:  # HEARD follows: what of it the user heard
-                    self.cut[(reply.session_id, reply.turn_id)] = reply.user_text
-        if op == ControlOp.NEW_TURN:
-            # An interrupt after the end of input: the END_OF_INPUT held for the aborted
-            # replies goes on now, or the session waiting for it never hears of it.
-            self._release_end(record.session_id)
-        if op == ControlOp.NEW_TURN:
-            self.prompts.drop_before(record.session_id, limit)
-        if op == ControlOp.SESSION_CLOSE:
-            self.prompts.drop(record.session_id)
-            self.dialogues.pop(record.session_id, None)
-            self.retracted_turn.pop(record.session_id, None)
-            self.pending_end.discard(record.session_id)  # the stages drop its records
-            for key in [k for k in self.cut if k[0] == record.session_id]:
-                del self.cut[key]
+        prompt = self._dialogue(session_id).opening_prompt(self.backend, self.config)
+        self.prompts.make_room()
+        self.backend.submit(request_id, prompt, probe=False)
+        reply.prompt_tokens = self.backend.count_tokens(prompt)
+        self._commit(request_id, reply)
+
+    def _on_new_turn(self, record: Record, _argument: int) -> None:
+        for request_id, reply in self._session_replies(record.session_id, record.turn_id):
+            self.backend.abort(request_id)
+            del self.replies[request_id]
+            # HEARD follows: what of it the user heard
+            self.cut[(reply.session_id, reply.turn_id)] = reply.user_text
+        # An interrupt after the end of input: the END_OF_INPUT held for the aborted
+        # replies goes on now, or the session waiting for it never hears of it.
+        self._release_end(record.session_id)
+        self.prompts.drop_before(record.session_id, record.turn_id)
+
+    def _on_session_close(self, record: Record, _argument: int) -> None:
+        session_id = record.session_id
+        for request_id, _reply in self._session_replies(session_id, 1 << 32):
+            self.backend.abort(request_id)
+            del self.replies[request_id]
+        self.prompts.drop(session_id)
+        self.dialogues.pop(session_id, None)
+        self.retracted_turn.pop(session_id, None)
+        self.pending_end.discard(session_id)  # the stages drop its records
+        for key in [k for k in self.cut if k[0] == session_id]:
+            del self.cut[key]
+
+    def _session_replies(self, session_id: int, before_turn: int) -> list[tuple[int, _Reply]]:
+        return [
+            (request_id, reply)
+            for request_id, reply in self.replies.items()
+            if reply.session_id == session_id and reply.turn_id < before_turn
+        ]
 
     def step(self) -> bool:
         if not self.backend.has_pending_work():
@@ -302,23 +342,26 @@ class LLMHandler(TableHandler):
                                   reply.prompt_tokens, text=str(early))  # fmt: skip
             text, enough = reply.limit.admit(output.text)
             if text or not enough:
-                reply.parts.append(text)
-                self.out.send(
-                    RecordKind.TOKEN,
-                    TOKEN_ID.pack(output.token_id),
-                    text.encode(),
-                    session_id=reply.session_id,
-                    turn_id=reply.turn_id,
-                    origin_ns=reply.origin_ns,
-                )
-                # Live reply text for the client, after the token is on its way to TTS.
-                self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=text)
+                self._send_text(reply, output.token_id, text)
             if output.finished:
                 self._finish(output.request_id, reply, str(output.finish_reason))
             elif enough:
                 self.backend.abort(output.request_id)  # its KV stays in the prefix cache
                 self._finish(output.request_id, reply, "sentences")
         return self.backend.has_pending_work()
+
+    def _send_text(self, reply: _Reply, token_id: int, text: str) -> None:
+        reply.parts.append(text)
+        self.out.send(
+            RecordKind.TOKEN,
+            TOKEN_ID.pack(token_id),
+            text.encode(),
+            session_id=reply.session_id,
+            turn_id=reply.turn_id,
+            origin_ns=reply.origin_ns,
+        )
+        # Live reply text for the client, after the token is on its way to TTS.
+        self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=text)
 
     def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
         # TTS may finish the audio now; the sink holds it while the reply is speculative.

@@ -163,6 +163,14 @@ class VoiceSession:
             self._clear(floor)  # first: the cut turn's TurnDone follows its Interrupted
             self._pipeline.new_turn(self.session_id, floor)
 
+    def greet(self, text: str | None = None) -> None:
+        """The agent speaks first: `text` as written, or (None) an opening the LLM writes
+        from the instructions. Only before the first audio is fed (ValueError after);
+        `greeting` in the settings does this for every session."""
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"text must be a string or None, got {type(text).__name__}")
+        self._pipeline.greet(self.session_id, text)
+
     def set_instructions(self, instructions: str) -> None:
         """The LLM's system prompt for this session's next replies."""
         if not isinstance(instructions, str):

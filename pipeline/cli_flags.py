@@ -24,6 +24,7 @@ STAGE_FLAGS: tuple[FlagSpec, ...] = (
     ("turn_eagerness", "asr", "eagerness"),
     ("turn_fallback_ms", "asr", "turn_fallback_ms"),
     ("turn_adapt_max_ms", "asr", "turn_adapt_max_ms"),
+    ("greeting", "pipeline", "greeting"),
 )
 STANDBY_FLAG: FlagSpec = ("warm_standby", "pipeline", "warm_standby")
 SERVE_FLAGS: tuple[FlagSpec, ...] = (
@@ -143,4 +144,9 @@ def add_settings_flags(parser: argparse.ArgumentParser, stages: bool = True) -> 
         type=int,
         metavar="MS",
         help="after the speaker goes on within MS of a committed turn, wait that long (0: off)",
+    )
+    group.add_argument(
+        "--greeting",
+        metavar="TEXT",
+        help="spoken when a session opens, before the user speaks (default: none)",
     )

@@ -16,6 +16,22 @@ REMOTE_TEXT_HINT_WAIT_MS = 1000
 
 TRANSPORTS = ("shm", "zmq")
 MODES = ("streaming", "sequential", "naive")  # the pipeline, then its two yardsticks
+# The agent's greeting (Pipeline.greet) is this turn of its session; the user's turns
+# are numbered after it.
+OPENING_TURN = 0
+MAX_GREETING_CHARS = 1000  # ~1 min of speech: a greeting, not a recording
+
+
+def check_greeting(text: str) -> str:
+    """The greeting as it will be spoken (stripped); ValueError if empty or too long."""
+    text = text.strip()
+    if not text:
+        raise ValueError("greeting is empty: give the words to speak, or leave it unset")
+    if len(text) > MAX_GREETING_CHARS:
+        raise ValueError(
+            f"greeting is {len(text)} characters; at most {MAX_GREETING_CHARS} are spoken"
+        )
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,9 @@ class PipelineConfig:
     # Standbys load at this nice increment so their model load does not slow live turns;
     # applied only where a promoted standby may return to normal priority (pipeline/standby.py).
     standby_nice: int = 19
+    # Spoken when a session opens, before the user says a word (a call answered, a
+    # browser connected): "Thanks for calling, how can I help?". "" = the agent waits.
+    greeting: str = ""
     asr: dict[str, Any] = field(default_factory=dict)
     llm: dict[str, Any] = field(default_factory=dict)
     tts: dict[str, Any] = field(default_factory=dict)
@@ -74,6 +93,8 @@ class PipelineConfig:
             raise ValueError(
                 f"continue_turn_ms must be in 0..10000 (0 = off), got {self.continue_turn_ms}"
             )
+        if self.greeting:
+            check_greeting(self.greeting)
         if not 0 <= self.barge_in_min_words <= 20:
             raise ValueError(
                 f"barge_in_min_words must be in 0..20 (0 = off), got {self.barge_in_min_words}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from voxrelay.asr.config import ASRConfig
 from voxrelay.ipc.records import (
     AUDIO_FORMAT,
+    CONTROL_BODY,
     PROB_SCALE,
     STAMP_BODY,
     TURN_HINT,
@@ -28,7 +29,7 @@ from voxrelay.ipc.records import (
 )
 from voxrelay.pipeline.audio_io import Clip
 from voxrelay.pipeline.barge_in import BargeInRule
-from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, check_greeting
 from voxrelay.pipeline.otel import exporter_from_env
 from voxrelay.pipeline.session import Session, SessionRouter, Sink
 from voxrelay.pipeline.supervisor import Supervisor
@@ -156,6 +157,8 @@ class Pipeline:
         self.supervisor.control(
             ControlOp.SESSION_OPEN, session_id=session.session_id, stages=("llm",), block=False
         )
+        if self.supervisor.config.greeting:
+            self.greet(session.session_id, self.supervisor.config.greeting)
         if self.supervisor.config.barge_in:
             # The user speaks while an older turn's reply is pending or playing: cut it
             # once the rule says the speech counts (pipeline/barge_in.py).
@@ -177,9 +180,44 @@ class Pipeline:
         self.new_turn(session.session_id, turn_id, speech=True)
         session.sink.on_text(turn_id, "response.audio.clear", "")
 
+    def greet(self, session_id: int, text: str | None = None) -> int:
+        """The agent speaks first: `text` as written, or (None) an opening the model writes
+        from the system prompt. Only before the session's first audio: the greeting is
+        turn OPENING_TURN and the user's turns are numbered after it. Returns its turn.
+        The user speaking over it cuts it (barge-in), and the dialogue keeps what was
+        heard of it."""
+        session = self.router.sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        if session.audio_sent or session.turns or session.finished:
+            raise ValueError("the agent can speak first only before the session's first audio")
+        if text is not None:
+            text = check_greeting(text)
+        session.trace(OPENING_TURN).opening = True
+        # On the audio ring, ahead of the session's first audio: the ASR numbers the user's
+        # first utterance after the greeting, whatever the stages' loops read first.
+        self.supervisor.audio_in.send(
+            RecordKind.CONTROL,
+            CONTROL_BODY.pack(ControlOp.TURN_BASE, OPENING_TURN + 1),
+            session_id=session_id,
+            turn_id=OPENING_TURN,
+        )
+        self.supervisor.control(
+            ControlOp.GREET,
+            int(text is not None),
+            session_id=session_id,
+            turn_id=OPENING_TURN,
+            stages=("llm",),
+            text=(text or "").encode(),
+        )
+        return OPENING_TURN
+
     def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int, channels: int = 1) -> int:
         """PCM16 (interleaved if stereo) to the ASR without blocking; returns the bytes
         dropped (ring full)."""
+        session = self.router.sessions.get(session_id)
+        if session is not None:
+            session.audio_sent = True
         header = AUDIO_FORMAT.pack(sample_rate, channels, SampleFormat.PCM16)
         dropped = 0
         for start in range(0, len(pcm16), MAX_AUDIO_RECORD_BYTES):

@@ -84,6 +84,7 @@ class Session:
         # turn (at the reply's rate) that actually left for the client.
         self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
+        self.audio_sent = False  # the user's audio has begun: too late to speak first
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
         # Turns whose reply audio has all arrived but still plays (at 1x from the first
         # sample): their row is written once it has played, or at a barge-in that cuts it.
@@ -177,7 +178,7 @@ class Session:
         cut = dict(heard)
         for stale in [t for t in self.turns if t < self.min_turn]:
             trace = self.turns.pop(stale)
-            if trace.transcript:
+            if _answers(trace):
                 trace.barge_in_ns = at_ns
                 trace.heard_text = cut.get(stale, "")
                 self._finish(trace)
@@ -218,7 +219,7 @@ class Session:
     def heard_before(self, turn_id: int, now_ns: int) -> list[tuple[int, str]]:
         """(turn, heard text) for every reply older than `turn_id` that a cut at `now_ns`
         leaves unheard in part: still generating, or its audio still playing."""
-        cut = {t for t, trace in self.turns.items() if t < turn_id and trace.transcript}
+        cut = {t for t, trace in self.turns.items() if t < turn_id and _answers(trace)}
         cut |= {t for t in self.playbacks if t < turn_id}
         heard: list[tuple[int, str]] = []
         for turn in sorted(cut):
@@ -243,7 +244,7 @@ class Session:
         plays what it gets at 1x from the first sample on)."""
         if time.perf_counter_ns() < self.playback_end_ns:
             return True
-        return any(t < before_turn and trace.transcript for t, trace in self.turns.items())
+        return any(t < before_turn and _answers(trace) for t, trace in self.turns.items())
 
     def _on_audio(self, record: Record) -> None:
         trace = self.trace(record.turn_id)
@@ -371,6 +372,12 @@ class Session:
         for turn_id in failed:
             self.fail(turn_id, message)
         return failed
+
+
+def _answers(trace: TurnTrace) -> bool:
+    """Whether the turn has a reply coming: the user's words are final, or it is the
+    agent's opening."""
+    return bool(trace.transcript) or trace.opening
 
 
 class SessionRouter:

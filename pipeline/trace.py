@@ -91,6 +91,7 @@ class TurnTrace:
     # The cut came from the user going on within continue_turn_ms of this turn's end: the
     # LLM answers this turn's words and the next turn's as one user turn.
     continued: bool = False
+    opening: bool = False  # the agent's greeting, spoken before the user said a word
     speculative_retracts: int = 0  # speculative replies dropped (the user spoke on)
     end_holds: int = 0  # pauses that waited longer: the words stopped mid-sentence
     # The learned end of turn's last scored pause (asr/turn_end.py): the one that ended it.
@@ -150,6 +151,7 @@ class TurnTrace:
         row["barge_in_ns"] = self.barge_in_ns or None
         row["heard_text"] = self.heard_text or None
         row["continued"] = self.continued
+        row["opening"] = self.opening
         row["speculative_retracts"] = self.speculative_retracts
         row["end_holds"] = self.end_holds
         row["end_scores"] = self.end_scores

@@ -176,6 +176,39 @@ def test_a_spoken_turn_with_server_vad(serve_process, clips_dir):
 
 
 @pytest.mark.slow
+def test_response_create_before_any_input_opens_the_conversation(serve_process):
+    """The client asks the agent to speak first: the model writes an opening from the
+    instructions and it is spoken; once it has, a response with nothing new to answer
+    is refused as before."""
+
+    async def scenario():
+        async with _client(serve_process.port).realtime.connect(model="voxrelay") as connection:
+            await _events(connection, "session.created")
+            instructions = "You are the front desk of a small hotel. Greet the guest."
+            await connection.session.update(
+                session={"type": "realtime", "instructions": instructions}
+            )
+            await _events(connection, "session.updated")
+            await connection.response.create()
+            events = await _events(connection, "response.done")
+            await connection.response.create()
+            refused = await _events(connection, "error")
+            return events, refused[-1]
+
+    events, refused = asyncio.run(scenario())
+    types = [e["type"] for e in events]
+    assert "error" not in types and "input_audio_buffer.committed" not in types, events
+    done = events[-1]["response"]
+    [item] = done["output"]
+    transcript = item["content"][0]["transcript"]
+    assert done["status"] == "completed" and item["role"] == "assistant" and transcript.strip()
+    audio = np.frombuffer(_audio(events), dtype="<i2")
+    print(f"\nopening {transcript!r}: {len(audio) / 24_000:.2f} s")
+    assert len(audio) / 24_000 > 0.5 and np.sqrt(np.mean(audio.astype(np.float64) ** 2)) > 300
+    assert refused["error"]["code"] == "unsupported_value", refused
+
+
+@pytest.mark.slow
 def test_manual_commit_cancel_mid_reply_and_g711_in_and_out(serve_process, clips_dir):
     """turn_detection null: commit makes the turn. response.cancel mid-reply stops the
     audio, response.done says cancelled; the next turn, in G.711 mu-law, still works."""
