@@ -23,6 +23,9 @@ async def run_once(
     if mode in ("sequential", "naive"):
         from voxrelay.pipeline.naive import yardstick
 
+        if pipeline_config is not None and pipeline_config.greeting:
+            raise ValueError(f"--mode {mode} answers one turn: a greeting needs --mode streaming")
+
         result = yardstick(mode).run_clip(clip)
         traces = TraceSink(trace_path)
         for trace in result.traces:
@@ -47,10 +50,16 @@ def report(result: ClipResult, output: Path, output_rate: int | None) -> dict[st
     row: dict[str, Any] = {}
     for trace in result.traces:
         row = trace.to_dict()
-        print(f"transcript: {row['transcript']}")
-        print(f"reply:      {row['reply_text']}")
-        print(f"trace:      {format_trace(row)}")
+        if row["opening"]:  # the agent's greeting: no words of the user's, no TTFA
+            print(f"greeting:   {row['reply_text']}")
+        else:
+            print(f"transcript: {row['transcript']}")
+            print(f"reply:      {row['reply_text']}")
+            print(f"trace:      {format_trace(row)}")
         if row["error"]:
             print(f"error:      {row['error']}")
     print(f"wrote {output} ({len(audio) / 2 / rate:.2f} s at {rate} Hz)")
+    if row["opening"]:  # the greeting alone
+        print("no speech was recognised in the input", file=sys.stderr)
+        return {"error": "no turn"}
     return row

@@ -260,3 +260,33 @@ def test_run_file_is_voxrelay_run_in_one_call(clips_dir, tmp_path):
         assert wav.getframerate() == reply.sample_rate == 22_050
         assert wav.getnframes() == len(reply.audio) // 2 > reply.sample_rate // 2
     assert len((tmp_path / "traces.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_agent_speaks_first_through_the_api():
+    greeting = "Hello, you are through to the demo line."
+
+    async def scenario():
+        settings = {"llm": {"max_new_tokens": 24}}
+        async with (
+            voxrelay.open_pipeline(settings) as pipeline,
+            pipeline.session() as session,
+        ):
+            with pytest.raises(TypeError, match="text must be a string"):
+                session.greet(5)  # type: ignore[arg-type]
+            session.greet(greeting)
+            events = []
+            async with asyncio.timeout(60):
+                async for event in session:
+                    events.append(event)
+                    if isinstance(event, voxrelay.TurnDone):
+                        break
+            with pytest.raises(ValueError, match="only before the session's first audio"):
+                session.greet()  # its turn is taken
+            return events
+
+    events = asyncio.run(scenario())
+    done = events[-1]
+    assert done.turn == 0 and done.trace["opening"] and done.reply_text == greeting
+    assert done.transcript == "" and done.ttfa_ms is None and not done.trace["error"]
+    assert sum(len(e.pcm16) for e in events if isinstance(e, voxrelay.ReplyAudio)) > 22_050

@@ -13,12 +13,11 @@ import soxr
 from tests.pipeline.test_barge_in import _histories
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.models import load_asr
-from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.audio_io import Clip, read_clip
 from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.demo import run_once
 from voxrelay.pipeline.heard import CUT_MARK
 from voxrelay.pipeline.run import Pipeline
-
-pytestmark = pytest.mark.slow
 
 GREETING = "Thanks for calling the front desk. How can I help you today?"
 # Long enough to be spoken over: ~9 s of speech.
@@ -76,6 +75,19 @@ def _words(text: str) -> str:
     return " ".join(jiwer.RemovePunctuation()(text.lower()).split())
 
 
+def test_a_greeting_is_refused_where_it_cannot_be_spoken(tmp_path):
+    with pytest.raises(ValueError, match="greeting is empty"):
+        PipelineConfig(greeting="  ")
+    with pytest.raises(ValueError, match="at most 1000 are spoken"):
+        PipelineConfig(greeting="word " * 300)
+    clip = Clip(np.zeros(1600, np.int16), 16_000, 1)
+    with pytest.raises(ValueError, match="a greeting needs --mode streaming"):
+        asyncio.run(
+            run_once(clip, tmp_path / "out.wav", "naive", None, PipelineConfig(greeting="Hi."))
+        )
+
+
+@pytest.mark.slow
 def test_the_agent_speaks_first_and_answers_the_user_after_it(clips_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("VOXRELAY_LOG_DIR", str(tmp_path))
     monkeypatch.setenv("VOXRELAY_LOG_LEVEL", "DEBUG")  # the LLM logs each request's history
@@ -103,6 +115,7 @@ def test_the_agent_speaks_first_and_answers_the_user_after_it(clips_dir, tmp_pat
     assert _histories(tmp_path / "llm.log")[1] == [{"role": "assistant", "content": GREETING}]
 
 
+@pytest.mark.slow
 def test_speaking_over_the_greeting_cuts_it_and_the_history_keeps_what_was_heard(
     clips_dir, tmp_path, monkeypatch
 ):

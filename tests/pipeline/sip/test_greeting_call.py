@@ -3,6 +3,7 @@ caller over UDP, G.711 RTP) on the real pipeline hears it before saying a word, 
 speaks and is answered."""
 
 import asyncio
+import time
 
 import jiwer
 import numpy as np
@@ -51,11 +52,13 @@ def test_the_caller_hears_the_greeting_then_is_answered(clips_dir):
             await caller.open()
             try:
                 assert (await caller.dial()).status == 200
+                answered_ns = time.perf_counter_ns()
                 bridge = server.calls[caller.call_id].bridge
                 async with asyncio.timeout(30):  # the greeting plays, then silence
                     while 0 not in {t.turn_id for t in bridge.traces}:
                         await asyncio.sleep(0.05)
                 greeting = caller.received_pcm16()
+                first_rtp_ms = (caller.received[0][0] - answered_ns) / 1e6
                 await caller.stream(speech)
                 async with asyncio.timeout(60):
                     while 1 not in {t.turn_id for t in bridge.traces}:
@@ -64,12 +67,14 @@ def test_the_caller_hears_the_greeting_then_is_answered(clips_dir):
             finally:
                 caller.close()
                 server.stop()
-            return greeting, {t.turn_id: t for t in bridge.traces}
+            return greeting, first_rtp_ms, {t.turn_id: t for t in bridge.traces}
 
-    greeting, traces = asyncio.run(call())
+    greeting, first_rtp_ms, traces = asyncio.run(call())
+    print(f"\nfirst RTP of the greeting {first_rtp_ms:.0f} ms after the 200 OK")
+    assert first_rtp_ms < 1000, "the caller waited for the greeting"
     assert len(greeting) / 2 / 8000 > 2.0, "under 2 s of greeting on the line"
     heard = _heard(greeting)
-    print(f"\ncaller heard {heard!r}")
+    print(f"caller heard {heard!r}")
     assert jiwer.wer(_words(GREETING), _words(heard)) <= 0.25
     assert traces[0].opening and traces[0].reply_text == GREETING
     assert _words(traces[1].transcript) == "go forward 10 meters" and traces[1].reply_text
