@@ -36,7 +36,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from voxrelay.ipc.channel import Sender
@@ -44,7 +43,6 @@ from voxrelay.ipc.records import (
     CONTROL_BODY,
     FINAL_INFO,
     PROB_SCALE,
-    TOKEN_ID,
     ControlOp,
     Record,
     RecordKind,
@@ -55,28 +53,9 @@ from voxrelay.llm.backend import NO_TOKEN_ID, create_backend
 from voxrelay.llm.core_yield import CoreYield
 from voxrelay.llm.dialogue import Dialogue, llm_config
 from voxrelay.llm.open_prompts import OpenPrompts
+from voxrelay.llm.reply import Reply, ReplyOut
 from voxrelay.llm.sentences import SentenceLimit
 from voxrelay.pipeline.worker import Events, TableHandler
-
-
-@dataclass(slots=True)
-class _Reply:
-    session_id: int
-    turn_id: int
-    origin_ns: int
-    user_text: str
-    early_tokens: int = 0  # prompt tokens prefilled while the user was still speaking
-    prompt_tokens: int = 0
-    parts: list[str] = field(default_factory=list)
-    committed: bool = True  # False while started from a SPECULATIVE_END, until FINAL
-    finish_reason: str = ""  # set when generation ended, maybe before the commit
-    probed: bool = False  # its request went out with an end-of-turn probe
-    limit: SentenceLimit = field(default_factory=lambda: SentenceLimit(0))
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts).strip()
-
 
 log = logging.getLogger("voxrelay.llm")
 
@@ -86,10 +65,10 @@ class LLMHandler(TableHandler):
         self.config = llm_config(config)
         self.backend = create_backend(self.config)
         self.core_yield = CoreYield(self.config.yield_core_after_tokens, _cpu_threads(self.backend))
-        self.out = out
         self.events = events
+        self.reply_out = ReplyOut(out, events)  # the replies' records; `out` is its data path
         self.dialogues: dict[int, Dialogue] = {}
-        self.replies: dict[int, _Reply] = {}
+        self.replies: dict[int, Reply] = {}
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
         self.retracted_turn: dict[int, int] = {}  # by session: its latest turn with a RESUME
         self.cut: dict[tuple[int, int], str] = {}  # (session, turn) aborted -> transcript
@@ -115,6 +94,15 @@ class LLMHandler(TableHandler):
             ControlOp.SESSION_CLOSE: self._on_session_close,
         }
 
+    @property
+    def out(self) -> Sender:
+        """The data path to the TTS: the replies' records and END_OF_INPUT."""
+        return self.reply_out.out
+
+    @out.setter
+    def out(self, sender: Sender) -> None:
+        self.reply_out.out = sender
+
     def _on_partial(self, record: Record) -> None:
         stable, _unstable = split_text_pair(record.payload)
         dialogue = self._dialogue(record.session_id)
@@ -136,7 +124,7 @@ class LLMHandler(TableHandler):
         if not any(r.session_id == session_id for r in self.replies.values()):
             self.prompts.ahead(session_id, self._dialogue(session_id))
 
-    def _turn_reply(self, session_id: int, turn_id: int) -> tuple[int, _Reply] | None:
+    def _turn_reply(self, session_id: int, turn_id: int) -> tuple[int, Reply] | None:
         for request_id, reply in self.replies.items():
             if reply.session_id == session_id and reply.turn_id == turn_id:
                 return request_id, reply
@@ -152,34 +140,20 @@ class LLMHandler(TableHandler):
         if found is not None and not found[1].committed:
             self._retract(*found)
 
-    def _retract(self, request_id: int, reply: _Reply) -> None:
+    def _retract(self, request_id: int, reply: Reply) -> None:
         """Drop an uncommitted reply here and, through TTS, at the sink."""
         if not reply.finish_reason:
             self.backend.abort(request_id)
         del self.replies[request_id]
         self.retracted_turn[reply.session_id] = reply.turn_id
-        # The retraction's moment rides as the origin stamp: the session tells this
-        # attempt's stamps from the next one's by it (pipeline/commit_gate.py).
-        self.out.send(
-            RecordKind.RESUME,
-            session_id=reply.session_id,
-            turn_id=reply.turn_id,
-            origin_ns=time.perf_counter_ns(),
-        )
+        self.reply_out.retract(reply)
 
-    def _commit(self, request_id: int, reply: _Reply) -> None:
+    def _commit(self, request_id: int, reply: Reply) -> None:
         reply.committed = True
         if reply.finish_reason:  # generation ended while speculative: it counts only now
-            self._stamp_done(reply)
-        if self.retracted_turn.get(reply.session_id) == reply.turn_id:
-            self.out.send(
-                RecordKind.COMMIT,
-                session_id=reply.session_id,
-                turn_id=reply.turn_id,
-                origin_ns=reply.origin_ns,
-            )
-        else:
-            self.events.commit(reply.session_id, reply.turn_id, reply.origin_ns)
+            self.reply_out.done(reply)
+        retracted = self.retracted_turn.get(reply.session_id) == reply.turn_id
+        self.reply_out.commit(reply, behind_data=retracted)
         if reply.finish_reason:
             self._settle(request_id, reply)
 
@@ -197,13 +171,13 @@ class LLMHandler(TableHandler):
             return
         self._commit(*self._start_reply(record, text, committed=True))
 
-    def _start_reply(self, record: Record, text: str, committed: bool) -> tuple[int, _Reply]:
+    def _start_reply(self, record: Record, text: str, committed: bool) -> tuple[int, Reply]:
         dialogue = self._dialogue(record.session_id)
         # With Whisper's closing mark: the probe of P(end of turn) is read before it
         # (asr/turn_end.py `probe_text`), and without it SmolLM2 answers a statement by
         # repeating it ("He was not an ill-disposed young man" -> the same words).
         prompt = dialogue.prompt_text(self.backend, self.config, text)
-        reply = _Reply(record.session_id, record.turn_id, record.origin_ns, text)
+        reply = Reply(record.session_id, record.turn_id, record.origin_ns, text)
         reply.committed = committed
         reply.limit = SentenceLimit(self.config.max_sentences)
         self.events.stamp(record.session_id, record.turn_id, Stamp.LLM_START)
@@ -268,7 +242,7 @@ class LLMHandler(TableHandler):
         (`verbatim`) or written by the model from the system prompt and the history."""
         session_id, turn_id = record.session_id, record.turn_id
         self.prompts.drop(session_id)  # opened ahead over a history without the opening
-        reply = _Reply(session_id, turn_id, time.perf_counter_ns(), user_text="")
+        reply = Reply(session_id, turn_id, time.perf_counter_ns(), user_text="")
         reply.limit = SentenceLimit(self.config.max_sentences)
         request_id = next(self._request_ids)
         self.events.stamp(session_id, turn_id, Stamp.LLM_START)
@@ -276,7 +250,7 @@ class LLMHandler(TableHandler):
         if verbatim:
             self._commit(request_id, reply)
             self.events.stamp(session_id, turn_id, Stamp.LLM_FIRST_TOKEN)
-            self._send_text(reply, NO_TOKEN_ID, record.text(CONTROL_BODY.size).strip())
+            self.reply_out.text(reply, NO_TOKEN_ID, record.text(CONTROL_BODY.size).strip())
             self._finish(request_id, reply, "greeting")
             return
         prompt = self._dialogue(session_id).opening_prompt(self.backend, self.config)
@@ -308,7 +282,7 @@ class LLMHandler(TableHandler):
         for key in [k for k in self.cut if k[0] == session_id]:
             del self.cut[key]
 
-    def _session_replies(self, session_id: int, before_turn: int) -> list[tuple[int, _Reply]]:
+    def _session_replies(self, session_id: int, before_turn: int) -> list[tuple[int, Reply]]:
         return [
             (request_id, reply)
             for request_id, reply in self.replies.items()
@@ -342,51 +316,23 @@ class LLMHandler(TableHandler):
                                   reply.prompt_tokens, text=str(early))  # fmt: skip
             text, enough = reply.limit.admit(output.text)
             if text or not enough:
-                self._send_text(reply, output.token_id, text)
+                self.reply_out.text(reply, output.token_id, text)
             if output.finished:
                 self._finish(output.request_id, reply, str(output.finish_reason))
             elif enough:
                 self.backend.abort(output.request_id)  # its KV stays in the prefix cache
                 self._finish(output.request_id, reply, "sentences")
-        return self.backend.has_pending_work()
+        return bool(self.backend.has_pending_work())
 
-    def _send_text(self, reply: _Reply, token_id: int, text: str) -> None:
-        reply.parts.append(text)
-        self.out.send(
-            RecordKind.TOKEN,
-            TOKEN_ID.pack(token_id),
-            text.encode(),
-            session_id=reply.session_id,
-            turn_id=reply.turn_id,
-            origin_ns=reply.origin_ns,
-        )
-        # Live reply text for the client, after the token is on its way to TTS.
-        self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_DELTA, text=text)
-
-    def _finish(self, request_id: int, reply: _Reply, reason: str) -> None:
-        # TTS may finish the audio now; the sink holds it while the reply is speculative.
+    def _finish(self, request_id: int, reply: Reply, reason: str) -> None:
         reply.finish_reason = reason
         if reply.committed:
-            self._stamp_done(reply)
-        self.out.send(
-            RecordKind.REPLY_END,
-            reason.encode(),
-            session_id=reply.session_id,
-            turn_id=reply.turn_id,
-            origin_ns=reply.origin_ns,
-        )
+            self.reply_out.done(reply)
+        self.reply_out.end(reply)
         if reply.committed:
             self._settle(request_id, reply)
 
-    def _stamp_done(self, reply: _Reply) -> None:
-        """The stamps of a committed reply that has ended, written before the record that
-        lets its turn end on the data path (REPLY_END, or the COMMIT that releases a
-        reply TTS already finished): the supervisor reads the events rings before it
-        delivers such a record (pipeline.supervisor.LAST_WORDS)."""
-        self.events.stamp(reply.session_id, reply.turn_id, Stamp.LLM_DONE)
-        self.events.stamp(reply.session_id, reply.turn_id, Stamp.REPLY_TEXT, text=reply.text)
-
-    def _settle(self, request_id: int, reply: _Reply) -> None:
+    def _settle(self, request_id: int, reply: Reply) -> None:
         """A committed reply that has ended: into the history; pending END_OF_INPUT out."""
         del self.replies[request_id]
         dialogue = self._dialogue(reply.session_id)

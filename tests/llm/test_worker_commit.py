@@ -37,7 +37,7 @@ def handler(model_path: Path) -> Iterator[LLMHandler]:
 def _turn(handler: LLMHandler, turn: int, *records: tuple[RecordKind, str]) -> list[RecordKind]:
     """Feed one turn's ASR records (a step after each); the kinds sent on the data path."""
     out = FakeSender()
-    handler.out = out  # type: ignore[assignment]
+    handler.out = out
     for kind, text in records:
         info = FINAL_INFO.pack(5.0) if kind == RecordKind.FINAL else b""
         payload = info + text.encode()
