@@ -95,8 +95,7 @@ class Dialogue:
     def opening_prompt(self, backend: LLMBackend, config: LLMConfig) -> str:
         """The ChatML prompt for the agent's opening: the system prompt and the history so
         far (none at a session's start), then the assistant's header."""
-        system = {"role": "system", "content": self.system_prompt or config.system_prompt}
-        return backend.render([system, *self.messages()])
+        return backend.render([self._system(config), *self.messages()])
 
     def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
         """The ChatML prompt for a new user turn, fitted to leave room for a full reply:
@@ -130,6 +129,8 @@ class Dialogue:
         return text
 
     def _render(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
-        system = {"role": "system", "content": self.system_prompt or config.system_prompt}
         user = {"role": "user", "content": self.user_text(user_text)}
-        return backend.render([system, *self.messages(), user])
+        return backend.render([self._system(config), *self.messages(), user])
+
+    def _system(self, config: LLMConfig) -> dict[str, str]:
+        return {"role": "system", "content": self.system_prompt or config.system_prompt}

@@ -21,10 +21,9 @@ async def run_once(
     output_rate: int | None = None,
 ) -> dict[str, Any]:
     if mode in ("sequential", "naive"):
-        from voxrelay.pipeline.naive import yardstick
-
         if pipeline_config is not None and pipeline_config.greeting:
             raise ValueError(f"--mode {mode} answers one turn: a greeting needs --mode streaming")
+        from voxrelay.pipeline.naive import yardstick
 
         result = yardstick(mode).run_clip(clip)
         traces = TraceSink(trace_path)

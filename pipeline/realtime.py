@@ -175,8 +175,7 @@ class RealtimeSession(RealtimeOutput):
     async def _response_create(self, event: dict[str, Any]) -> None:
         # Every committed turn is answered at once; this acknowledges the client's trigger.
         if not (self._replies or self._commit_item or self._open_turn is not None):
-            session = self.session
-            if not (session.audio_sent or session.turns or session.finished):
+            if self.session.before_first_audio:
                 # Before the user has spoken: the agent opens the conversation, in words
                 # the model writes from the session's instructions.
                 self.pipeline.greet(self.session_id)

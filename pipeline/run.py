@@ -189,7 +189,7 @@ class Pipeline:
         session = self.router.sessions.get(session_id)
         if session is None:
             raise ValueError(f"session {session_id} is not open")
-        if session.audio_sent or session.turns or session.finished:
+        if not session.before_first_audio:
             raise ValueError("the agent can speak first only before the session's first audio")
         if text is not None:
             text = check_greeting(text)

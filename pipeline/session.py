@@ -84,7 +84,7 @@ class Session:
         # turn (at the reply's rate) that actually left for the client.
         self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
-        self.audio_sent = False  # the user's audio has begun: too late to speak first
+        self.audio_sent = False  # the user's audio has gone to the ASR
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
         # Turns whose reply audio has all arrived but still plays (at 1x from the first
         # sample): their row is written once it has played, or at a barge-in that cuts it.
@@ -109,6 +109,12 @@ class Session:
             Stamp.REPLY_TEXT: self._on_reply_text,
             Stamp.END_HELD: self._on_end_held,
         }
+
+    @property
+    def before_first_audio(self) -> bool:
+        """No audio of the user's has gone to the ASR and no turn has begun: the agent
+        may still speak first (Pipeline.greet)."""
+        return not (self.audio_sent or self.turns or self.finished)
 
     def trace(self, turn_id: int) -> TurnTrace:
         if turn_id not in self.turns:
@@ -320,13 +326,7 @@ class Session:
             self.on_transcript(self, stamp.turn_id, stamp.text, False)
 
     def _on_reply_delta(self, stamp: StampRecord) -> None:
-        live = functools.partial(
-            self.sink.on_text, stamp.turn_id, "response.text.delta", stamp.text
-        )
-        if self.gate.admits(stamp.turn_id):
-            live()
-        else:  # speculative: not yet
-            self.gate.hold(stamp.turn_id, live, stamp.stamped_ns)
+        self._reply_text_out(stamp, "response.text.delta")
 
     def _on_fragment(self, stamp: StampRecord) -> None:
         self._playback(stamp.turn_id).fragments.append((stamp.text, stamp.value))
@@ -342,14 +342,19 @@ class Session:
             self.on_transcript(self, stamp.turn_id, stamp.text, True)
 
     def _on_reply_text(self, stamp: StampRecord) -> None:
-        done = functools.partial(self.sink.on_text, stamp.turn_id, "response.text", stamp.text)
         # A reply that ended while speculative (the learned end of turn waited longer
         # than its generation) stamps its text at the commit, before the COMMIT: its
         # held deltas go out first, then the whole text.
+        self._reply_text_out(stamp, "response.text")
+
+    def _reply_text_out(self, stamp: StampRecord, kind: str) -> None:
+        """The reply's text to the client now if its turn is committed, else held until
+        the commit (a speculative reply's text is not heard before it)."""
+        deliver = functools.partial(self.sink.on_text, stamp.turn_id, kind, stamp.text)
         if self.gate.admits(stamp.turn_id):
-            done()
+            deliver()
         else:
-            self.gate.hold(stamp.turn_id, done, stamp.stamped_ns)
+            self.gate.hold(stamp.turn_id, deliver, stamp.stamped_ns)
 
     def _on_end_held(self, stamp: StampRecord) -> None:
         self.sink.on_text(stamp.turn_id, "speech.held", "")
