@@ -6,17 +6,23 @@ then exactly one of Final (words were heard) or Discard (the VAD fired but Whisp
 no words: noise, a cough). A SpeculativeEnd is always followed by Resume or by the Final.
 Stable words are never revised silently: when the transcript of a SpeculativeEnd or
 Final disagrees with words a Partial sent as stable, a Rollback comes right before it.
+A typed turn (`ASRStream.text_turn`) is a SpeechStart with `typed` set, then its Final
+(model TYPED, no decode).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The `model` of a typed turn's Final: no Whisper model heard it.
+TYPED = "typed"
+
 
 @dataclass(frozen=True, slots=True)
 class SpeechStart:
     utterance_id: int
     start_ns: int  # arrival time of the first voiced sample
+    typed: bool = False  # a turn the user typed (ASRStream.text_turn): no audio
 
 
 @dataclass(frozen=True, slots=True)

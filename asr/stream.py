@@ -25,6 +25,7 @@ from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.decoder import Transcript, WhisperDecoder
 from voxrelay.asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
 from voxrelay.asr.events import (
+    TYPED,
     ASREvent,
     Discard,
     EndScored,
@@ -264,6 +265,25 @@ class ASRStream:
             utterance.pending = PendingEnd(transcript.text, transcript.closing_prob, deadline)
             self._endpointer.extend(self.config.turn_fallback_ms)
         return events
+
+    def text_turn(self, text: str, arrival_ns: int) -> list[ASREvent]:
+        """A turn the user typed, arrived at `arrival_ns`: an utterance under way ends
+        first (its Final, with what was said so far), then `text` is the next utterance,
+        with no audio: its SpeechStart (typed) and its Final, ended at `arrival_ns`."""
+        if self._flushed:
+            raise ValueError("text_turn() after flush(): start a new ASRStream for new input")
+        events: list[ASREvent] = []
+        if self._utterance is not None:
+            end = self._audio.end
+            for endpoint_event in self._endpointer.finish(end):
+                events += self._handlers[endpoint_event.kind](endpoint_event, end)
+        utterance_id = self._next_id
+        self._next_id += 1
+        return [
+            *events,
+            SpeechStart(utterance_id, arrival_ns, typed=True),
+            Final(utterance_id, text, arrival_ns, 0.0, TYPED),
+        ]
 
     def score_pending(self) -> None:
         """Score the open pause's audio (Smart Turn, ~30 ms), if one waits for it. The

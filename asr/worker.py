@@ -17,6 +17,7 @@ import numpy as np
 from voxrelay.asr.budget import DecodeBudget
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
+    TYPED,
     ASREvent,
     Discard,
     EndScored,
@@ -81,6 +82,14 @@ class ASRHandler(TableHandler):
             Final: self._final,
             Discard: lambda session_id, event: None,
         }
+        # The control ops the ASR acts on (CONTROL records on its audio and control rings).
+        self._controls: dict[int, Callable[[Record, int], None]] = {
+            ControlOp.TURN_HINT: self._on_turn_hint,
+            ControlOp.TURN_TAKING: self._on_turn_taking,
+            ControlOp.TURN_BASE: self._on_turn_base,
+            ControlOp.TEXT_TURN: self._on_text_turn,
+            ControlOp.SESSION_CLOSE: self._on_session_close,
+        }
 
     def step(self) -> bool:
         """The input batch is done: send what it produced.
@@ -141,35 +150,47 @@ class ASRHandler(TableHandler):
 
     def _on_control(self, record: Record) -> None:
         op, argument = CONTROL_BODY.unpack_from(record.payload)
-        if op == ControlOp.TURN_HINT:
-            stream = self.streams.get(record.session_id)
+        handler = self._controls.get(op)
+        if handler is not None:  # the other ops are for other stages
+            handler(record, int(argument))
+
+    def _on_turn_hint(self, record: Record, argument: int) -> None:
+        stream = self.streams.get(record.session_id)
+        if stream is not None:
+            (prob,) = TURN_HINT.unpack_from(record.payload, CONTROL_BODY.size)
+            utterance = record.turn_id - self.turn_base.get(record.session_id, 0)
+            known = None if math.isnan(prob) else prob  # NaN: the backend has none
+            self._forward(record.session_id, stream.hint(utterance, known))
+
+    def _on_turn_taking(self, record: Record, fallback_ms: int) -> None:
+        settings = (record.text(CONTROL_BODY.size), fallback_ms)
+        stream = self.streams.get(record.session_id)
+        try:
             if stream is not None:
-                (prob,) = TURN_HINT.unpack_from(record.payload, CONTROL_BODY.size)
-                utterance = record.turn_id - self.turn_base.get(record.session_id, 0)
-                known = None if math.isnan(prob) else prob  # NaN: the backend has none
-                self._forward(record.session_id, stream.hint(utterance, known))
+                stream.set_turn_taking(*settings)
+        except ValueError as exc:  # Pipeline.set_turn_taking checks first; still no crash
+            self.events.error(record.session_id, record.turn_id, str(exc))
             return
-        if op == ControlOp.TURN_TAKING:
-            settings = (record.text(CONTROL_BODY.size), int(argument))
-            stream = self.streams.get(record.session_id)
-            try:
-                if stream is not None:
-                    stream.set_turn_taking(*settings)
-            except ValueError as exc:  # Pipeline.set_turn_taking checks first; still no crash
-                self.events.error(record.session_id, record.turn_id, str(exc))
-                return
-            self.turn_taking[record.session_id] = settings
-            return
-        if op == ControlOp.TURN_BASE:
-            self._turn_base(record.session_id, record.turn_id, int(argument))
-            return
-        if op == ControlOp.SESSION_CLOSE:
-            self.held = [(sid, event) for sid, event in self.held if sid != record.session_id]
-            self.streams.pop(record.session_id, None)
-            self.turn_base.pop(record.session_id, None)
-            self.next_turn.pop(record.session_id, None)
-            self.turn_taking.pop(record.session_id, None)
-            release_freed_memory()  # its ~2 MB of buffers; glibc would keep them
+        self.turn_taking[record.session_id] = settings
+
+    def _on_turn_base(self, record: Record, first: int) -> None:
+        self._turn_base(record.session_id, record.turn_id, first)
+
+    def _on_text_turn(self, record: Record, argument: int) -> None:
+        # Behind the session's audio on the same ring: what was said before the text
+        # is numbered first (Pipeline.send_text).
+        stream = self._stream(record.session_id)
+        self._forward(
+            record.session_id, stream.text_turn(record.text(CONTROL_BODY.size), record.stamp_ns)
+        )
+
+    def _on_session_close(self, record: Record, argument: int) -> None:
+        self.held = [(sid, event) for sid, event in self.held if sid != record.session_id]
+        self.streams.pop(record.session_id, None)
+        self.turn_base.pop(record.session_id, None)
+        self.next_turn.pop(record.session_id, None)
+        self.turn_taking.pop(record.session_id, None)
+        release_freed_memory()  # its ~2 MB of buffers; glibc would keep them
 
     def _turn_base(self, session_id: int, turn_id: int, first: int) -> None:
         """The session's utterances are numbered from `first` on (the agent's greeting
@@ -194,7 +215,9 @@ class ASRHandler(TableHandler):
 
     def _speech_start(self, session_id: int, event: SpeechStart) -> None:
         turn = self._turn(session_id, event)
-        self.events.stamp(session_id, turn, Stamp.SPEECH_START, at_ns=event.start_ns)
+        # A typed turn says so: the client hears no speech started (pipeline/session.py).
+        kind = TYPED if event.typed else ""
+        self.events.stamp(session_id, turn, Stamp.SPEECH_START, text=kind, at_ns=event.start_ns)
         self.out.send(
             RecordKind.SPEECH_START, session_id=session_id, turn_id=turn, origin_ns=event.start_ns
         )

@@ -78,6 +78,9 @@ class ControlOp(IntEnum):
     # ASR only: the session's first utterance is turn `argument` (the turns below it are
     # the agent's own: a greeting); sent before the session's first audio
     TURN_BASE = 11
+    # ASR only, on the audio ring: the user typed a turn (UTF-8 after CONTROL_BODY); it is
+    # numbered and answered as a spoken one would be, any utterance under way ending first
+    TEXT_TURN = 12
 
 
 class Stamp(IntEnum):

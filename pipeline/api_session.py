@@ -171,6 +171,12 @@ class VoiceSession:
             raise TypeError(f"text must be a string or None, got {type(text).__name__}")
         self._pipeline.greet(self.session_id, text)
 
+    def send_text(self, text: str) -> None:
+        """A turn the user typed: answered as a spoken turn is (a reply being spoken is
+        cut, as by speech over it); it comes after the audio fed before it. ValueError if
+        empty or over MAX_USER_TEXT_CHARS."""
+        self._pipeline.send_text(self.session_id, text)
+
     def set_instructions(self, instructions: str) -> None:
         """The LLM's system prompt for this session's next replies."""
         if not isinstance(instructions, str):

@@ -34,6 +34,26 @@ def check_greeting(text: str) -> str:
     return text
 
 
+# A turn the user types (Pipeline.send_text): about what a long spoken turn holds, and a
+# small part of the LLM's prompt budget (the history is trimmed around it).
+MAX_USER_TEXT_CHARS = 2000
+
+
+def check_user_text(text: str) -> str:
+    """A typed turn as the LLM will read it (stripped); ValueError if empty or too long."""
+    if not isinstance(text, str):
+        raise TypeError(f"the user's text must be a string, got {type(text).__name__}")
+    text = text.strip()
+    if not text:
+        raise ValueError("the user's text is empty: nothing to answer")
+    if len(text) > MAX_USER_TEXT_CHARS:
+        raise ValueError(
+            f"the user's text is {len(text)} characters; at most {MAX_USER_TEXT_CHARS} "
+            "make one turn"
+        )
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
     """How the supervisor wires and watches the three stage processes.

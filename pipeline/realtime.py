@@ -23,6 +23,7 @@ from voxrelay.pipeline.realtime_config import (
     turn_taking,
 )
 from voxrelay.pipeline.realtime_events import error_object, new_id
+from voxrelay.pipeline.realtime_items import text_item, typed_item
 from voxrelay.pipeline.realtime_responses import RealtimeOutput
 
 MIN_COMMIT_MS = 100  # what the API asks of a manual commit
@@ -40,6 +41,7 @@ class RealtimeSession(RealtimeOutput):
             "input_audio_buffer.clear": self._clear,
             "response.create": self._response_create,
             "response.cancel": self._response_cancel,
+            "conversation.item.create": self._item_create,
             "conversation.item.truncate": self._truncate,
         }
 
@@ -174,7 +176,9 @@ class RealtimeSession(RealtimeOutput):
 
     async def _response_create(self, event: dict[str, Any]) -> None:
         # Every committed turn is answered at once; this acknowledges the client's trigger.
-        if not (self._replies or self._commit_item or self._open_turn is not None):
+        if not (
+            self._replies or self._commit_item or self._open_turn is not None or self._typed_items
+        ):
             if self.session.before_first_audio:
                 # Before the user has spoken: the agent opens the conversation, in words
                 # the model writes from the session's instructions.
@@ -186,6 +190,20 @@ class RealtimeSession(RealtimeOutput):
                 "(or speak) first; a response without new input is not "
                 "supported",
             )
+
+    async def _item_create(self, event: dict[str, Any]) -> None:
+        """A user text message: a turn the user typed, answered at once (as a committed
+        audio turn is); the ASR numbers it behind the audio sent before it."""
+        typed = typed_item(event, self._last_item)
+        try:
+            self.pipeline.send_text(self.session_id, typed.text)
+        except (TypeError, ValueError) as exc:
+            raise RealtimeError("invalid_value", str(exc), "item.content") from None
+        self._typed_items.append(typed.item_id)  # its turn's SpeechStart takes it
+        item = text_item(typed.item_id, typed.text)
+        self.emit("conversation.item.added", previous_item_id=self._last_item, item=item)
+        self.emit("conversation.item.done", previous_item_id=self._last_item, item=item)
+        self._last_item = typed.item_id
 
     async def _response_cancel(self, event: dict[str, Any]) -> None:
         wanted = event.get("response_id")

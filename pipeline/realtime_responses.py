@@ -10,13 +10,14 @@ as base64 `response.output_audio.delta` in the session's output format.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
 
+from voxrelay.asr.events import TYPED
 from voxrelay.pipeline.audio_io import OutputResampler
 from voxrelay.pipeline.heard import Playback
 from voxrelay.pipeline.realtime_config import RealtimeConfig, RealtimeError
@@ -95,6 +96,9 @@ class RealtimeOutput(ClientSession):
         self._input_ms = 0.0  # client audio received so far: the API's audio_*_ms clock
         self._open_turn: int | None = None  # speech started, no final yet
         self._partials: dict[int, str] = {}  # transcript sent as deltas, by turn
+        # Typed items sent to the pipeline, in order, until the ASR numbers their turns.
+        self._typed_items: deque[str] = deque()
+        self._typed_turns: set[int] = set()  # numbered, not final yet
         self._barge_in = (self.session.on_speech_start, self.session.on_transcript)
         self._pipeline_events: dict[str, Callable[[int, str], None]] = {
             "speech.started": self._speech_started,
@@ -172,7 +176,12 @@ class RealtimeOutput(ClientSession):
         else:
             self._finish(trace.turn_id, "completed")
 
-    def _speech_started(self, turn_id: int, _text: str) -> None:
+    def _speech_started(self, turn_id: int, text: str) -> None:
+        if text == TYPED:  # a text item the client created: it was announced then
+            if self._typed_items:
+                self._user_items[turn_id] = self._typed_items.popleft()
+                self._typed_turns.add(turn_id)
+            return
         self.speech_bytes = 0
         self._open_turn = turn_id
         if self.settings.turn_detection is None:
@@ -200,6 +209,10 @@ class RealtimeOutput(ClientSession):
 
     def _final(self, turn_id: int, text: str) -> None:
         self.last_final_turn = max(self.last_final_turn, turn_id)
+        if turn_id in self._typed_turns:  # no audio, no transcription: just the answer
+            self._typed_turns.discard(turn_id)
+            self._reply(turn_id)
+            return
         self.speech_bytes = None
         self._open_turn = None
         item = self._commit_item

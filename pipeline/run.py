@@ -29,7 +29,7 @@ from voxrelay.ipc.records import (
 )
 from voxrelay.pipeline.audio_io import Clip
 from voxrelay.pipeline.barge_in import BargeInRule
-from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, check_greeting
+from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, check_greeting, check_user_text
 from voxrelay.pipeline.otel import exporter_from_env
 from voxrelay.pipeline.session import Session, SessionRouter, Sink
 from voxrelay.pipeline.supervisor import Supervisor
@@ -217,7 +217,7 @@ class Pipeline:
         dropped (ring full)."""
         session = self.router.sessions.get(session_id)
         if session is not None:
-            session.audio_sent = True
+            session.input_sent = True
         header = AUDIO_FORMAT.pack(sample_rate, channels, SampleFormat.PCM16)
         dropped = 0
         for start in range(0, len(pcm16), MAX_AUDIO_RECORD_BYTES):
@@ -227,6 +227,24 @@ class Pipeline:
             ):
                 dropped += len(chunk)
         return dropped
+
+    def send_text(self, session_id: int, text: str) -> None:
+        """A turn the user typed: answered as a spoken one would be (a reply playing is
+        cut as by speech over it, and the dialogue keeps what was heard of it). It goes
+        behind the session's audio on the ASR's ring, so what was said before it is a
+        turn of its own first; the ASR numbers it. ValueError if the session is not open
+        or the text is empty or too long (MAX_USER_TEXT_CHARS)."""
+        session = self.router.sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        text = check_user_text(text)
+        session.input_sent = True  # the conversation has begun: no greeting after this
+        self.supervisor.audio_in.send(
+            RecordKind.CONTROL,
+            CONTROL_BODY.pack(ControlOp.TEXT_TURN, 0),
+            text.encode(),
+            session_id=session_id,
+        )
 
     def end_input(self, session_id: int) -> None:
         """The speech ends here: the ASR finalizes the open utterance."""

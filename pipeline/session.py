@@ -33,8 +33,9 @@ _GATED_RECORDS = frozenset({RecordKind.AUDIO_OUT, RecordKind.AUDIO_END})
 
 
 class Sink(Protocol):
-    """Where one session's output goes. `on_text` kinds: "speech.started",
-    "transcript.partial", "transcript.final", "response.text.delta", "response.text"."""
+    """Where one session's output goes. `on_text` kinds: "speech.started" (text "typed"
+    for a turn the user typed), "transcript.partial", "transcript.final",
+    "response.text.delta", "response.text"."""
 
     def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None: ...
 
@@ -84,7 +85,7 @@ class Session:
         # turn (at the reply's rate) that actually left for the client.
         self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
-        self.audio_sent = False  # the user's audio has gone to the ASR
+        self.input_sent = False  # the user's audio or typed text has gone to the ASR
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
         # Turns whose reply audio has all arrived but still plays (at 1x from the first
         # sample): their row is written once it has played, or at a barge-in that cuts it.
@@ -112,9 +113,9 @@ class Session:
 
     @property
     def before_first_audio(self) -> bool:
-        """No audio of the user's has gone to the ASR and no turn has begun: the agent
+        """No audio or typed text of the user's has gone to the ASR and no turn has begun: the agent
         may still speak first (Pipeline.greet)."""
-        return not (self.audio_sent or self.turns or self.finished)
+        return not (self.input_sent or self.turns or self.finished)
 
     def trace(self, turn_id: int) -> TurnTrace:
         if turn_id not in self.turns:
@@ -332,7 +333,8 @@ class Session:
         self._playback(stamp.turn_id).fragments.append((stamp.text, stamp.value))
 
     def _on_speech_start(self, stamp: StampRecord) -> None:
-        self.sink.on_text(stamp.turn_id, "speech.started", "")
+        # Text "typed": the turn was typed (Pipeline.send_text), not spoken.
+        self.sink.on_text(stamp.turn_id, "speech.started", stamp.text)
         if self.on_speech_start is not None:
             self.on_speech_start(self, stamp.turn_id)
 

@@ -158,8 +158,10 @@ class TurnGate:
     def admits(self, record: Record) -> bool:
         if record.session_id in self.closed:
             return False
-        # Audio carries no turn id yet (ASR assigns turns); only later kinds are gated.
-        if record.kind in (RecordKind.AUDIO_IN, RecordKind.END_OF_INPUT):
+        # Audio carries no turn id yet (ASR assigns turns), nor do the controls sent with it
+        # on the audio ring (TURN_BASE, TEXT_TURN: a typed turn is numbered by the ASR);
+        # only later kinds are gated.
+        if record.kind in (RecordKind.AUDIO_IN, RecordKind.END_OF_INPUT, RecordKind.CONTROL):
             return True
         return record.turn_id >= self.min_turn.get(record.session_id, 0)
 

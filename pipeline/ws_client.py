@@ -103,6 +103,7 @@ class ClientSession:
         self.session.sent_samples = self._sent_samples
         self._controls: dict[str, Callable[[dict[str, Any]], None]] = {
             "input.end": self._on_input_end,
+            "input.text": self._on_input_text,
             "interrupt": self._on_interrupt,
             "session.update": self._on_session_update,
         }
@@ -338,6 +339,15 @@ class ClientSession:
     def _on_input_end(self, message: dict[str, Any]) -> None:
         self.speech_bytes = None
         self.pipeline.end_input(self.session_id)
+
+    def _on_input_text(self, message: dict[str, Any]) -> None:
+        text = message.get("text")
+        try:
+            if not isinstance(text, str):
+                raise ValueError("input.text needs a text string")
+            self.pipeline.send_text(self.session_id, text)
+        except ValueError as exc:
+            self.send_event("error", code="invalid_message", message=str(exc))
 
     def _on_interrupt(self, message: dict[str, Any]) -> None:
         # Replies exist only for finalized turns: a floor just above the last one stops

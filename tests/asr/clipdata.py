@@ -56,14 +56,35 @@ def feed_frames(
     channels: int = 1,
     frame_ms: int = 20,
     text_prob: float | None = None,
+    t0_ns: int = T0_NS,
 ) -> list[tuple[int, ASREvent]]:
     """Feed `audio` (float32 or int16, interleaved) as real-time frames with synthetic
-    arrival times, then flush; returns (arrival_ns of the call that returned it, event).
-    `text_prob`: the LLM's P(end of turn) each SpeculativeEnd gets at once (the learned
-    end); None: none is given, and the pause waits out text_hint_wait_ms."""
+    arrival times from `t0_ns`, then flush; returns (arrival_ns of the call that returned
+    it, event). `text_prob`: the LLM's P(end of turn) each SpeculativeEnd gets at once (the
+    learned end); None: none is given, and the pause waits out text_hint_wait_ms."""
+    events, arrival_ns = _feed(stream, audio, sample_rate, channels, frame_ms, text_prob, t0_ns)
+    return events + [(arrival_ns, e) for e in stream.flush(arrival_ns)]
+
+
+def feed_frames_open(
+    stream: ASRStream, audio: np.ndarray, t0_ns: int = T0_NS
+) -> list[tuple[int, ASREvent]]:
+    """`feed_frames` of 16 kHz mono without the flush: the stream stays open for more."""
+    return _feed(stream, audio, SAMPLE_RATE, 1, 20, None, t0_ns)[0]
+
+
+def _feed(
+    stream: ASRStream,
+    audio: np.ndarray,
+    sample_rate: int,
+    channels: int,
+    frame_ms: int,
+    text_prob: float | None,
+    t0_ns: int,
+) -> tuple[list[tuple[int, ASREvent]], int]:
     frame = sample_rate * frame_ms // 1000 * channels
     events: list[tuple[int, ASREvent]] = []
-    arrival_ns = T0_NS
+    arrival_ns = t0_ns
     for offset in range(0, audio.size, frame):
         chunk = audio[offset : offset + frame]
         arrival_ns += chunk.size // channels * 1_000_000_000 // sample_rate
@@ -72,8 +93,7 @@ def feed_frames(
             for event in [e for e in new if isinstance(e, SpeculativeEnd)]:
                 new += stream.hint(event.utterance_id, text_prob)
         events += [(arrival_ns, e) for e in new]
-    events += [(arrival_ns, e) for e in stream.flush(arrival_ns)]
-    return events
+    return events, arrival_ns
 
 
 def sample_ns(sample: int) -> int:

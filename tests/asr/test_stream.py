@@ -10,7 +10,9 @@ import soxr
 
 from tests.asr.clipdata import (
     SAMPLE_RATE,
+    T0_NS,
     feed_frames,
+    feed_frames_open,
     of_type,
     read_clip,
     sample_ns,
@@ -21,6 +23,7 @@ from tests.asr.clipdata import (
 )
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
+    TYPED,
     Discard,
     Final,
     Partial,
@@ -120,6 +123,30 @@ def test_short_pause_gives_speculative_end_resume_and_one_final(clips: Path, mod
     # Decoded ~32 ms into the pause, so the last word may be misheard ("close").
     assert words(of_type(events, SpeculativeEnd)[0].text).startswith("10 of")
     assert words(of_type(events, Final)[0].text) == "10 of clubs 7 of clubs"
+
+
+def test_a_typed_turn_ends_the_utterance_under_way_and_takes_the_next_number(
+    clips: Path, models
+) -> None:
+    """Text typed mid-speech: the words said so far are their own turn first, the text is
+    the next one (no audio, ended as it arrived), and speech after it is the one after."""
+    stream = ASRStream(ASRConfig(model="tiny.en", turn_detection="silence"), models)
+    audio = read_clip(clips / "goforward.raw")
+    speaking = audio[: voiced_span(audio)[1]]  # cut at the last voiced sample: mid-word
+    spoken = feed_frames_open(stream, speaking)
+    assert not of_type(spoken, Final)
+    typed_at = T0_NS + speaking.size * 1_000_000_000 // SAMPLE_RATE
+    typed = stream.text_turn("What time is it?", typed_at)
+    later = feed_frames(stream, np.concatenate([audio, silence(1.0)]), t0_ns=typed_at)
+    first, start, final = typed
+    assert isinstance(first, Final) and words(first.text).startswith("go forward 10")
+    assert of_type(spoken, SpeechStart)[0].utterance_id == first.utterance_id == 0
+    assert start == SpeechStart(1, typed_at, typed=True)
+    assert final == Final(1, "What time is it?", typed_at, 0.0, TYPED)
+    assert [f.utterance_id for f in of_type(later, Final)] == [2]
+    assert words(of_type(later, Final)[0].text) == "go forward 10 meters"
+    with pytest.raises(ValueError, match="after flush"):
+        stream.text_turn("More?", typed_at)
 
 
 def test_flush_finalizes_speech_cut_off_mid_utterance(clips: Path, models) -> None:

@@ -290,3 +290,31 @@ def test_the_agent_speaks_first_through_the_api():
     assert done.turn == 0 and done.trace["opening"] and done.reply_text == greeting
     assert done.transcript == "" and done.ttfa_ms is None and not done.trace["error"]
     assert sum(len(e.pcm16) for e in events if isinstance(e, voxrelay.ReplyAudio)) > 22_050
+
+
+@pytest.mark.slow
+def test_a_typed_turn_through_the_api():
+    async def scenario():
+        settings = {"llm": {"max_new_tokens": 24}}
+        async with (
+            voxrelay.open_pipeline(settings) as pipeline,
+            pipeline.session() as session,
+        ):
+            with pytest.raises(ValueError, match="the user's text is empty"):
+                session.send_text("")
+            session.send_text("Is the pool open today?")
+            events = []
+            async with asyncio.timeout(60):
+                async for event in session:
+                    events.append(event)
+                    if isinstance(event, voxrelay.TurnDone):
+                        break
+            return events
+
+    events = asyncio.run(scenario())
+    finals = [e for e in events if isinstance(e, voxrelay.Transcript) and e.final]
+    assert [e.text for e in finals] == ["Is the pool open today?"]
+    done = events[-1]
+    assert done.transcript == "Is the pool open today?" and done.reply_text
+    assert done.trace["asr_model"] == "typed" and done.ttfa_ms is not None
+    assert sum(len(e.pcm16) for e in events if isinstance(e, voxrelay.ReplyAudio)) > 22_050

@@ -209,6 +209,46 @@ def test_response_create_before_any_input_opens_the_conversation(serve_process):
 
 
 @pytest.mark.slow
+def test_a_typed_user_message_is_answered_out_loud(serve_process, clips_dir):
+    """conversation.item.create with input_text, then response.create: the item is echoed,
+    one response answers it with audio, and the next spoken turn is answered after it."""
+    question = "What is the capital of France?"
+    pcm = _pcm_at(read_clip(clips_dir / "librivox/0880.wav"), 24_000, trailing_silence_s=3.0)
+
+    async def scenario():
+        async with _client(serve_process.port).realtime.connect(model="voxrelay") as connection:
+            await _events(connection, "session.created")
+            content = [{"type": "input_text", "text": question}]
+            await connection.conversation.item.create(
+                item={"type": "message", "role": "user", "content": content, "id": "item_typed1"}
+            )
+            await connection.response.create()
+            typed = await _events(connection, "response.done")
+            await _append_paced(connection, pcm, 24_000)
+            spoken = await _events(connection, "response.done")
+            return typed, spoken
+
+    typed, spoken = asyncio.run(scenario())
+    types = [e["type"] for e in typed]
+    assert "error" not in types and "input_audio_buffer.committed" not in types, typed
+    added = _of(typed, "conversation.item.added")
+    assert added[0]["item"]["id"] == "item_typed1" and added[0]["item"]["role"] == "user"
+    assert added[0]["item"]["content"] == [{"type": "input_text", "text": question}]
+    assert types.index("conversation.item.done") < types.index("response.created")
+    assert len(_of(typed, "response.created")) == 1
+    done = typed[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"]
+    audio = np.frombuffer(_audio(typed), dtype="<i2")
+    assert len(audio) / 24_000 > 0.5 and np.sqrt(np.mean(audio.astype(np.float64) ** 2)) > 300
+    # The spoken turn after it: transcribed and answered as before.
+    [transcribed] = _of(spoken, "conversation.item.input_audio_transcription.completed")
+    assert _normalise(transcribed["transcript"]) == EXPECTED
+    user_item = _of(spoken, "conversation.item.added")[0]
+    assert user_item["previous_item_id"] == typed[-1]["response"]["output"][0]["id"]
+    assert spoken[-1]["response"]["status"] == "completed"
+
+
+@pytest.mark.slow
 def test_manual_commit_cancel_mid_reply_and_g711_in_and_out(serve_process, clips_dir):
     """turn_detection null: commit makes the turn. response.cancel mid-reply stops the
     audio, response.done says cancelled; the next turn, in G.711 mu-law, still works."""
@@ -285,6 +325,13 @@ def _update(event_id: str, **session) -> str:
     return _event("session.update", event_id, session={"type": "realtime", **session})
 
 
+def _item(event_id: str, **item) -> str:
+    """A conversation.item.create of a user text message, with `item`'s fields changed."""
+    text = [{"type": "input_text", "text": "Hello."}]
+    fields = {"type": "message", "role": "user", "content": text, **item}
+    return _event("conversation.item.create", event_id, item=fields)
+
+
 PCM_16K = {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}
 # (message, error code, param, the client event id the error must carry)
 BAD_INPUT = [
@@ -302,6 +349,21 @@ BAD_INPUT = [
         "evt_7",
     ),
     (b"\x00\x01", "invalid_value", None, None),
+    (_item("evt_11", role="assistant"), "unsupported_value", "item.role", "evt_11"),
+    (_item("evt_12", type="function_call_output"), "unsupported_value", "item.type", "evt_12"),
+    (
+        _item("evt_13", content=[{"type": "input_audio", "audio": "AAAA"}]),
+        "unsupported_value",
+        "item.content[0].type",
+        "evt_13",
+    ),
+    (
+        _item("evt_14", content=[{"type": "input_text", "text": "  "}]),
+        "invalid_value",
+        "item.content",
+        "evt_14",
+    ),
+    (_item("evt_15", tools=[]), "unknown_parameter", "item.tools", "evt_15"),
     # base64 of 1 MiB: ~1.4 MB, over the server's 1 MiB message limit
     (
         _event(

@@ -235,6 +235,22 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
     cut = [e for e in after["events"][clicked_at:] if e["type"] == "trace"][0]
     assert cut["barge_in_ns"] and cut["heard_text"], cut  # what of it was heard
 
+    # A typed message: a turn of its own, shown as the user's line and answered.
+    typed = "What is two plus two?"
+    browser.find_element("id", "text").send_keys(typed)
+    browser.find_element("id", "send").click()
+    stats = _wait_for(
+        browser,
+        lambda s: any(e["type"] == "trace" and e["transcript"] == typed for e in s["events"]),
+        60,
+        "the typed turn's trace",
+    )
+    row = next(e for e in stats["events"] if e["type"] == "trace" and e["transcript"] == typed)
+    assert row["asr_model"] == "typed" and row["reply_text"] and not row["error"], row
+    assert browser.find_element("id", "text").get_attribute("value") == ""
+    shown = [el.text for el in browser.find_elements("css selector", "#dialogue .user .text")]
+    assert typed in shown, shown
+
     screenshot = tmp_path / "voxrelay-page.png"
     assert browser.save_screenshot(str(screenshot))
     print(

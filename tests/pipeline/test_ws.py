@@ -163,8 +163,10 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
             codes = []
             bad_speed = '{"type": "session.update", "voice_speed": 3, "instructions": "x"}'
             bad_turn = '{"type": "session.update", "turn_eagerness": "eager", "voice_speed": 1.2}'
+            no_text, empty_text = '{"type": "input.text"}', '{"type": "input.text", "text": " "}'
             for message in (
-                "not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03", bad_speed, bad_turn
+                "not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03", bad_speed, bad_turn,
+                no_text, empty_text,
             ):  # fmt: skip
                 await ws.send(message)
                 event = await _event(ws)
@@ -186,6 +188,8 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
         "invalid_message",
         "unknown_type",
         "invalid_audio",
+        "invalid_message",
+        "invalid_message",
         "invalid_message",
         "invalid_message",
     ]
@@ -384,6 +388,41 @@ def test_input_end_interrupt_and_the_next_turn(server, clips_dir):
     trace = second[-1]
     assert trace["turn"] >= first_turn + 1 and trace["error"] is None
     assert _normalise(trace["transcript"]) and trace["audio_out_ms"] > 0
+
+
+def test_typed_text_is_a_turn_answered_out_loud(server):
+    """input.text: the words are the turn's transcript, answered with audio; again after
+    an interrupt (whose floor the typed turn must pass)."""
+
+    async def turn(ws, text: str) -> tuple[list[dict], int]:
+        await ws.send(json.dumps({"type": "input.text", "text": text}))
+        events, audio_bytes = [], 0
+        while not events or events[-1]["type"] != "trace":
+            message = await asyncio.wait_for(ws.recv(), 60)
+            if isinstance(message, bytes):
+                audio_bytes += len(message)
+            else:
+                events.append(json.loads(message))
+        return events, audio_bytes
+
+    async def scenario():
+        async with connect(_url(server.port), additional_headers=AUTH) as ws:
+            await _event(ws)
+            first = await turn(ws, "Where is the station?")
+            await ws.send(json.dumps({"type": "interrupt"}))
+            assert (await _event(ws))["type"] == "response.audio.clear"
+            return first, await turn(ws, "And the bus stop?")
+
+    for (events, audio_bytes), text, number in zip(
+        asyncio.run(scenario()), ("Where is the station?", "And the bus stop?"), (0, 1), strict=True
+    ):
+        kinds = [e["type"] for e in events]
+        assert kinds.index("transcript.final") < kinds.index("response.audio.start"), kinds
+        final = next(e for e in events if e["type"] == "transcript.final")
+        assert final["text"] == text and final["turn"] == number and "error" not in kinds
+        trace = events[-1]
+        assert trace["asr_model"] == "typed" and trace["ttfa_ms"] is not None
+        assert audio_bytes / 2 / 16000 > 0.5 and trace["reply_text"]
 
 
 async def _reply_after_update(port: int, clip, update: dict | None) -> tuple[float, dict]:
