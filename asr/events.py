@@ -26,6 +26,16 @@ class SpeechStart:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentTurn:
+    """The agent speaks now (ASRStream.agent_turn): the turn is numbered like an
+    utterance, and its reply is the agent's own (the LLM's GREET)."""
+
+    utterance_id: int
+    text: str  # spoken as written (verbatim), else this reply's instructions ("": none)
+    verbatim: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Partial:
     utterance_id: int
     stable: str  # words two consecutive decodes agreed on; only ever grows

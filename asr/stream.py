@@ -26,6 +26,7 @@ from voxrelay.asr.decoder import Transcript, WhisperDecoder
 from voxrelay.asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
 from voxrelay.asr.events import (
     TYPED,
+    AgentTurn,
     ASREvent,
     Discard,
     EndScored,
@@ -284,6 +285,15 @@ class ASRStream:
             SpeechStart(utterance_id, arrival_ns, typed=True),
             Final(utterance_id, text, arrival_ns, 0.0, TYPED),
         ]
+
+    def agent_turn(self, text: str, verbatim: bool) -> list[ASREvent]:
+        """The agent speaks now: the next utterance number is its turn. ValueError while
+        the user is speaking (an utterance is open): their turn is answered instead."""
+        if self._utterance is not None:
+            raise ValueError("the user is speaking: the agent speaks after their turn")
+        utterance_id = self._next_id
+        self._next_id += 1
+        return [AgentTurn(utterance_id, text, verbatim)]
 
     def score_pending(self) -> None:
         """Score the open pause's audio (Smart Turn, ~30 ms), if one waits for it. The

@@ -8,6 +8,7 @@ interrupt must never swallow the turns of later input.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from voxrelay.asr.budget import DecodeBudget
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
     TYPED,
+    AgentTurn,
     ASREvent,
     Discard,
     EndScored,
@@ -47,6 +49,8 @@ from voxrelay.ipc.records import (
 )
 from voxrelay.pipeline.memory import release_freed_memory
 from voxrelay.pipeline.worker import Events, TableHandler
+
+log = logging.getLogger(__name__)
 
 
 class ASRHandler(TableHandler):
@@ -81,6 +85,7 @@ class ASRHandler(TableHandler):
             EndScored: self._end_scored,
             Final: self._final,
             Discard: lambda session_id, event: None,
+            AgentTurn: self._agent_turn,
         }
         # The control ops the ASR acts on (CONTROL records on its audio and control rings).
         self._controls: dict[int, Callable[[Record, int], None]] = {
@@ -88,6 +93,7 @@ class ASRHandler(TableHandler):
             ControlOp.TURN_TAKING: self._on_turn_taking,
             ControlOp.TURN_BASE: self._on_turn_base,
             ControlOp.TEXT_TURN: self._on_text_turn,
+            ControlOp.AGENT_TURN: self._on_agent_turn,
             ControlOp.SESSION_CLOSE: self._on_session_close,
         }
 
@@ -184,6 +190,18 @@ class ASRHandler(TableHandler):
             record.session_id, stream.text_turn(record.text(CONTROL_BODY.size), record.stamp_ns)
         )
 
+    def _on_agent_turn(self, record: Record, verbatim: int) -> None:
+        session_id = record.session_id
+        stream = self._stream(session_id)
+        try:
+            events = stream.agent_turn(record.text(CONTROL_BODY.size), bool(verbatim))
+        except ValueError as exc:
+            # The user began speaking as the agent was asked to: their turn is answered,
+            # and an error here would fail it. Pipeline.say checks first; this is the race.
+            log.info("session %d: agent turn dropped: %s", session_id, exc)
+            return
+        self._forward(session_id, events)
+
     def _on_session_close(self, record: Record, argument: int) -> None:
         self.held = [(sid, event) for sid, event in self.held if sid != record.session_id]
         self.streams.pop(record.session_id, None)
@@ -268,6 +286,17 @@ class ASRHandler(TableHandler):
         )
         turn = self._turn(session_id, event)
         self.events.stamp(session_id, turn, Stamp.END_SCORED, event.wait_ms, score)
+
+    def _agent_turn(self, session_id: int, event: AgentTurn) -> None:
+        turn = self._turn(session_id, event)
+        self.events.stamp(session_id, turn, Stamp.AGENT_TURN)  # before its reply's records
+        self.out.send(
+            RecordKind.CONTROL,
+            CONTROL_BODY.pack(ControlOp.GREET, int(event.verbatim)),
+            event.text.encode(),
+            session_id=session_id,
+            turn_id=turn,
+        )
 
     def _final(self, session_id: int, event: Final) -> None:
         turn = self._turn(session_id, event)

@@ -72,8 +72,10 @@ class ControlOp(IntEnum):
     TURN_HINT = 8
     # ASR only: the session's eagerness (UTF-8 after CONTROL_BODY); argument = fallback ms
     TURN_TAKING = 9
-    # LLM only: turn_id's reply is the agent's opening, before the user has said a word;
-    # argument 1: the UTF-8 after CONTROL_BODY is spoken as written; 0: the model writes it
+    # LLM only: turn_id's reply is the agent's own, with no user words before it (the
+    # opening, or the agent speaking up later: AGENT_TURN); argument 1: the UTF-8 after
+    # CONTROL_BODY is spoken as written; 0: the model writes it, with that UTF-8 (if any)
+    # as this reply's instructions in place of the system prompt
     GREET = 10
     # ASR only: the session's first utterance is turn `argument` (the turns below it are
     # the agent's own: a greeting); sent before the session's first audio
@@ -81,6 +83,10 @@ class ControlOp(IntEnum):
     # ASR only, on the audio ring: the user typed a turn (UTF-8 after CONTROL_BODY); it is
     # numbered and answered as a spoken one would be, any utterance under way ending first
     TEXT_TURN = 12
+    # ASR only, on the audio ring: the agent speaks now (Pipeline.say); argument and UTF-8
+    # as GREET's. The ASR numbers it as the next turn and sends the LLM a GREET for it;
+    # while the user is speaking it is dropped with an error (their turn is answered)
+    AGENT_TURN = 13
 
 
 class Stamp(IntEnum):
@@ -107,6 +113,7 @@ class Stamp(IntEnum):
     TURN_END_PROB = 23
     # ASR: a pause's learned decision; value = wait ms, text = END_SCORE
     END_SCORED = 24
+    AGENT_TURN = 25  # ASR: this turn is the agent's own (Pipeline.say), no user words
 
 
 class SampleFormat(IntEnum):

@@ -92,10 +92,12 @@ class Dialogue:
             out.append({"role": "assistant", "content": assistant})
         return out
 
-    def opening_prompt(self, backend: LLMBackend, config: LLMConfig) -> str:
-        """The ChatML prompt for the agent's opening: the system prompt and the history so
-        far (none at a session's start), then the assistant's header."""
-        return backend.render([self._system(config), *self.messages()])
+    def opening_prompt(self, backend: LLMBackend, config: LLMConfig, instructions: str = "") -> str:
+        """The ChatML prompt for a reply of the agent's own (the opening, or the agent
+        speaking up later): the system prompt, or this reply's `instructions` in its
+        place, and the history so far (none at a session's start, fitted as
+        `prompt_text` fits it), then the assistant's header."""
+        return self._fitted(backend, config, None, instructions)
 
     def prompt_text(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
         """The ChatML prompt for a new user turn, fitted to leave room for a full reply:
@@ -106,31 +108,46 @@ class Dialogue:
         prefix cache keeps serving it. Dropping one exchange per turn would move the
         head every turn and re-prefill the whole ~2k-token history each time.
         """
+        return self._fitted(backend, config, user_text)
+
+    def _fitted(
+        self,
+        backend: LLMBackend,
+        config: LLMConfig,
+        user_text: str | None,
+        instructions: str = "",
+    ) -> str:
+        """The prompt (a user turn, or None: the agent's own), fitted to the budget."""
         budget = config.max_context_tokens - config.max_new_tokens
-        text = self._render(backend, config, user_text)
+        text = self._render(backend, config, user_text, instructions)
         tokens = backend.count_tokens(text)
         if tokens > budget:
             over = tokens - int(budget * HISTORY_LOW_WATER)
             while over > 0 and self.exchanges:
                 user, assistant = self.exchanges.pop(0)
                 over -= backend.count_tokens(user) + backend.count_tokens(assistant)
-            text = self._render(backend, config, user_text)
+            text = self._render(backend, config, user_text, instructions)
             tokens = backend.count_tokens(text)
         while tokens > budget:
             if self.exchanges:
                 self.exchanges.pop(0)
             else:
-                words = user_text.split()
+                words = (user_text or "").split()
                 if len(words) < 2:
                     return text  # the backend rejects it with a ValueError the stage reports
                 user_text = " ".join(words[max(1, len(words) // 4) :])
-            text = self._render(backend, config, user_text)
+            text = self._render(backend, config, user_text, instructions)
             tokens = backend.count_tokens(text)
         return text
 
-    def _render(self, backend: LLMBackend, config: LLMConfig, user_text: str) -> str:
-        user = {"role": "user", "content": self.user_text(user_text)}
-        return backend.render([self._system(config), *self.messages(), user])
+    def _render(
+        self, backend: LLMBackend, config: LLMConfig, user_text: str | None, instructions: str
+    ) -> str:
+        messages = [self._system(config, instructions), *self.messages()]
+        if user_text is not None:
+            messages.append({"role": "user", "content": self.user_text(user_text)})
+        return backend.render(messages)
 
-    def _system(self, config: LLMConfig) -> dict[str, str]:
-        return {"role": "system", "content": self.system_prompt or config.system_prompt}
+    def _system(self, config: LLMConfig, instructions: str = "") -> dict[str, str]:
+        content = instructions or self.system_prompt or config.system_prompt
+        return {"role": "system", "content": content}

@@ -238,8 +238,9 @@ class LLMHandler(TableHandler):
         self._ahead(record.session_id)
 
     def _on_greet(self, record: Record, verbatim: int) -> None:
-        """The agent's opening: a reply with no user words before it, spoken as written
-        (`verbatim`) or written by the model from the system prompt and the history."""
+        """A reply of the agent's own, with no user words before it (the opening, or the
+        agent speaking up later): spoken as written (`verbatim`), or written by the model
+        from the history and the system prompt (or this reply's instructions)."""
         session_id, turn_id = record.session_id, record.turn_id
         self.prompts.drop(session_id)  # opened ahead over a history without the opening
         reply = Reply(session_id, turn_id, time.perf_counter_ns(), user_text="")
@@ -253,7 +254,10 @@ class LLMHandler(TableHandler):
             self.reply_out.text(reply, NO_TOKEN_ID, record.text(CONTROL_BODY.size).strip())
             self._finish(request_id, reply, "greeting")
             return
-        prompt = self._dialogue(session_id).opening_prompt(self.backend, self.config)
+        instructions = record.text(CONTROL_BODY.size).strip()
+        prompt = self._dialogue(session_id).opening_prompt(self.backend, self.config, instructions)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("session %d turn %d agent prompt %s", session_id, turn_id, json.dumps(prompt))
         self.prompts.make_room()
         self.backend.submit(request_id, prompt, probe=False)
         reply.prompt_tokens = self.backend.count_tokens(prompt)

@@ -163,13 +163,21 @@ class VoiceSession:
             self._clear(floor)  # first: the cut turn's TurnDone follows its Interrupted
             self._pipeline.new_turn(self.session_id, floor)
 
-    def greet(self, text: str | None = None) -> None:
+    def greet(self, text: str | None = None, instructions: str | None = None) -> None:
         """The agent speaks first: `text` as written, or (None) an opening the LLM writes
-        from the instructions. Only before the first audio is fed (ValueError after);
-        `greeting` in the settings does this for every session."""
+        from the instructions (or from `instructions` given here, for this reply only).
+        Only before the first audio is fed (ValueError after); `greeting` in the settings
+        does this for every session."""
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string or None, got {type(text).__name__}")
-        self._pipeline.greet(self.session_id, text)
+        self._pipeline.greet(self.session_id, text, instructions)
+
+    def say(self, text: str | None = None, instructions: str | None = None) -> None:
+        """The agent speaks up now, with no user words before it: `text` as written, or
+        words the LLM writes from the conversation (`instructions`: for this reply only,
+        in place of the session's). Before any input this is `greet`. ValueError while a
+        reply is coming or playing; dropped if the user has begun speaking."""
+        self._pipeline.say(self.session_id, text, instructions)
 
     def send_text(self, text: str) -> None:
         """A turn the user typed: answered as a spoken turn is (a reply being spoken is

@@ -22,16 +22,39 @@ OPENING_TURN = 0
 MAX_GREETING_CHARS = 1000  # ~1 min of speech: a greeting, not a recording
 
 
-def check_greeting(text: str) -> str:
-    """The greeting as it will be spoken (stripped); ValueError if empty or too long."""
+MAX_INSTRUCTIONS_BYTES = 16_384  # a session's system prompt, or one reply's instructions
+
+
+def check_greeting(text: str, what: str = "greeting") -> str:
+    """Words the agent speaks as written (stripped); ValueError if empty or too long."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a string, got {type(text).__name__}")
     text = text.strip()
     if not text:
-        raise ValueError("greeting is empty: give the words to speak, or leave it unset")
+        raise ValueError(f"{what} is empty: give the words to speak, or leave it unset")
     if len(text) > MAX_GREETING_CHARS:
         raise ValueError(
-            f"greeting is {len(text)} characters; at most {MAX_GREETING_CHARS} are spoken"
+            f"{what} is {len(text)} characters; at most {MAX_GREETING_CHARS} are spoken"
         )
     return text
+
+
+def agent_words(text: str | None, instructions: str | None) -> tuple[bool, str]:
+    """What the agent says in a turn of its own (Pipeline.greet, Pipeline.say): (True,
+    `text`) spoken as written, or (False, `instructions`) for words the model writes with
+    them in place of the system prompt ("": from the system prompt). ValueError for both
+    at once, empty or overlong text, or overlong instructions."""
+    if text is not None and instructions is not None:
+        raise ValueError("give the words to speak or instructions to write them, not both")
+    if text is not None:
+        return True, check_greeting(text, "the agent's text")
+    if instructions is None:
+        return False, ""
+    if not isinstance(instructions, str):
+        raise TypeError(f"instructions must be a string, got {type(instructions).__name__}")
+    if len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES:
+        raise ValueError(f"instructions are over {MAX_INSTRUCTIONS_BYTES} bytes")
+    return False, instructions.strip()
 
 
 # A turn the user types (Pipeline.send_text): about what a long spoken turn holds, and a

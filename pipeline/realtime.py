@@ -176,20 +176,23 @@ class RealtimeSession(RealtimeOutput):
 
     async def _response_create(self, event: dict[str, Any]) -> None:
         # Every committed turn is answered at once; this acknowledges the client's trigger.
-        if not (
-            self._replies or self._commit_item or self._open_turn is not None or self._typed_items
-        ):
-            if self.session.before_first_audio:
-                # Before the user has spoken: the agent opens the conversation, in words
-                # the model writes from the session's instructions.
-                self.pipeline.greet(self.session_id)
-                return
-            raise RealtimeError(
-                "unsupported_value",
-                "voxrelay answers user audio: commit some "
-                "(or speak) first; a response without new input is not "
-                "supported",
-            )
+        if self._replies or self._commit_item or self._open_turn is not None or self._typed_items:
+            return
+        # Nothing new to answer: the agent speaks up (before any input, it opens the
+        # conversation), in words the model writes from the conversation and the
+        # session's instructions, or the response's own.
+        response = event.get("response") or {}
+        if not isinstance(response, dict):
+            raise RealtimeError("invalid_type", "'response' must be an object", "response")
+        instructions = response.get("instructions")
+        try:
+            self.pipeline.say(self.session_id, instructions=instructions or None)
+        except TypeError as exc:
+            raise RealtimeError("invalid_type", str(exc), "response.instructions") from None
+        except ValueError as exc:
+            if self.session.replying():
+                raise RealtimeError("conversation_already_has_active_response", str(exc)) from None
+            raise RealtimeError("invalid_value", str(exc), "response.instructions") from None
 
     async def _item_create(self, event: dict[str, Any]) -> None:
         """A user text message: a turn the user typed, answered at once (as a committed

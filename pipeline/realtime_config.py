@@ -13,9 +13,9 @@ import binascii
 from dataclasses import dataclass, replace
 from typing import Any
 
+from voxrelay.pipeline.config import MAX_INSTRUCTIONS_BYTES
 from voxrelay.pipeline.sip import g711
 
-MAX_INSTRUCTIONS_BYTES = 16_384
 SPEEDS = (0.5, 1.5)  # Realtime allows 0.25..1.5, the voice 0.5..2.0: what both can do
 EAGERNESS = ("low", "medium", "high", "auto")
 VOICE = "en_US-joe-medium"  # the one voice: any voice name a client asks for speaks as it

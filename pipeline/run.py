@@ -29,7 +29,7 @@ from voxrelay.ipc.records import (
 )
 from voxrelay.pipeline.audio_io import Clip
 from voxrelay.pipeline.barge_in import BargeInRule
-from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, check_greeting, check_user_text
+from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, agent_words, check_user_text
 from voxrelay.pipeline.otel import exporter_from_env
 from voxrelay.pipeline.session import Session, SessionRouter, Sink
 from voxrelay.pipeline.supervisor import Supervisor
@@ -180,19 +180,18 @@ class Pipeline:
         self.new_turn(session.session_id, turn_id, speech=True)
         session.sink.on_text(turn_id, "response.audio.clear", "")
 
-    def greet(self, session_id: int, text: str | None = None) -> int:
+    def greet(
+        self, session_id: int, text: str | None = None, instructions: str | None = None
+    ) -> int:
         """The agent speaks first: `text` as written, or (None) an opening the model writes
-        from the system prompt. Only before the session's first audio: the greeting is
-        turn OPENING_TURN and the user's turns are numbered after it. Returns its turn.
-        The user speaking over it cuts it (barge-in), and the dialogue keeps what was
-        heard of it."""
-        session = self.router.sessions.get(session_id)
-        if session is None:
-            raise ValueError(f"session {session_id} is not open")
+        from the system prompt (`instructions`: in its place, for this reply only). Only
+        before the session's first audio: the greeting is turn OPENING_TURN and the
+        user's turns are numbered after it. Returns its turn. The user speaking over it
+        cuts it (barge-in), and the dialogue keeps what was heard of it."""
+        session = self._open(session_id)
         if not session.before_first_audio:
             raise ValueError("the agent can speak first only before the session's first audio")
-        if text is not None:
-            text = check_greeting(text)
+        verbatim, words = agent_words(text, instructions)
         session.trace(OPENING_TURN).opening = True
         # On the audio ring, ahead of the session's first audio: the ASR numbers the user's
         # first utterance after the greeting, whatever the stages' loops read first.
@@ -204,13 +203,43 @@ class Pipeline:
         )
         self.supervisor.control(
             ControlOp.GREET,
-            int(text is not None),
+            int(verbatim),
             session_id=session_id,
             turn_id=OPENING_TURN,
             stages=("llm",),
-            text=(text or "").encode(),
+            text=words.encode(),
         )
         return OPENING_TURN
+
+    def say(
+        self, session_id: int, text: str | None = None, instructions: str | None = None
+    ) -> None:
+        """The agent speaks up now, with no user words before it ("Are you still there?"):
+        `text` as written, or words the model writes from the conversation so far and the
+        system prompt (`instructions`: in its place, for this reply only). Before the
+        session's first audio this is `greet`. The ASR numbers it as the next turn; if
+        the user has begun speaking by then, it is dropped and their turn is answered.
+        ValueError while a reply is coming or playing (the agent speaks after it), or for
+        bad words."""
+        session = self._open(session_id)
+        if session.before_first_audio:
+            self.greet(session_id, text, instructions)
+            return
+        verbatim, words = agent_words(text, instructions)
+        if session.replying():
+            raise ValueError("a reply is coming or playing: the agent speaks after it")
+        self.supervisor.audio_in.send(
+            RecordKind.CONTROL,
+            CONTROL_BODY.pack(ControlOp.AGENT_TURN, int(verbatim)),
+            words.encode(),
+            session_id=session_id,
+        )
+
+    def _open(self, session_id: int) -> Session:
+        session = self.router.sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        return session
 
     def send_audio(self, session_id: int, pcm16: bytes, sample_rate: int, channels: int = 1) -> int:
         """PCM16 (interleaved if stereo) to the ASR without blocking; returns the bytes
@@ -234,9 +263,7 @@ class Pipeline:
         behind the session's audio on the ASR's ring, so what was said before it is a
         turn of its own first; the ASR numbers it. ValueError if the session is not open
         or the text is empty or too long (MAX_USER_TEXT_CHARS)."""
-        session = self.router.sessions.get(session_id)
-        if session is None:
-            raise ValueError(f"session {session_id} is not open")
+        session = self._open(session_id)
         text = check_user_text(text)
         session.input_sent = True  # the conversation has begun: no greeting after this
         self.supervisor.audio_in.send(

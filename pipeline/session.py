@@ -245,10 +245,10 @@ class Session:
             self.playbacks[turn_id] = Playback()
         return self.playbacks[turn_id]
 
-    def replying(self, before_turn: int) -> bool:
-        """True while a committed turn older than `before_turn` still has a reply coming,
-        or reply audio already sent is still playing (by real-time arithmetic: the sink
-        plays what it gets at 1x from the first sample on)."""
+    def replying(self, before_turn: int = 1 << 62) -> bool:
+        """True while a committed turn older than `before_turn` (by default any) still has
+        a reply coming, or reply audio already sent is still playing (by real-time
+        arithmetic: the sink plays what it gets at 1x from the first sample on)."""
         if time.perf_counter_ns() < self.playback_end_ns:
             return True
         return any(t < before_turn and _answers(trace) for t, trace in self.turns.items())

@@ -92,7 +92,12 @@ def _asr_final(trace: TurnTrace, stamp: StampRecord) -> None:
     trace.asr_model = stamp.text or trace.asr_model
 
 
+def _agent_turn(trace: TurnTrace, stamp: StampRecord) -> None:
+    trace.opening = True  # the agent's own turn: a reply is coming, no user words
+
+
 _WRITERS: dict[Stamp, Callable[[TurnTrace, StampRecord], None]] = {
+    Stamp.AGENT_TURN: _agent_turn,
     Stamp.TRANSCRIPT: _transcript,
     Stamp.REPLY_TEXT: _reply_text,
     Stamp.LLM_PREFILL: _prefill,

@@ -91,7 +91,8 @@ class TurnTrace:
     # The cut came from the user going on within continue_turn_ms of this turn's end: the
     # LLM answers this turn's words and the next turn's as one user turn.
     continued: bool = False
-    opening: bool = False  # the agent's greeting, spoken before the user said a word
+    # the agent's own turn, with no user words: the greeting, or Pipeline.say later
+    opening: bool = False
     speculative_retracts: int = 0  # speculative replies dropped (the user spoke on)
     end_holds: int = 0  # pauses that waited longer: the words stopped mid-sentence
     # The learned end of turn's last scored pause (asr/turn_end.py): the one that ended it.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from websockets.asyncio.server import ServerConnection
 
 from voxrelay.pipeline.audio_io import OutputResampler
+from voxrelay.pipeline.config import MAX_INSTRUCTIONS_BYTES
 from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.trace import TurnTrace
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("voxrelay.ws")
 
-MAX_INSTRUCTIONS_BYTES = 16_384
 VOICE_SPEEDS = (0.5, 2.0)  # Piper stays intelligible in this range (length_scale 2..0.5)
 MAX_QUEUED_EVENTS = 4096  # JSON events waiting for one client before it counts as stalled
 CLOSE_NORMAL = 1000

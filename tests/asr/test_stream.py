@@ -24,6 +24,7 @@ from tests.asr.clipdata import (
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.events import (
     TYPED,
+    AgentTurn,
     Discard,
     Final,
     Partial,
@@ -147,6 +148,24 @@ def test_a_typed_turn_ends_the_utterance_under_way_and_takes_the_next_number(
     assert words(of_type(later, Final)[0].text) == "go forward 10 meters"
     with pytest.raises(ValueError, match="after flush"):
         stream.text_turn("More?", typed_at)
+
+
+def test_an_agent_turn_takes_the_next_number_but_not_while_the_user_speaks(
+    clips: Path, models
+) -> None:
+    stream = ASRStream(ASRConfig(model="tiny.en", turn_detection="silence"), models)
+    audio = read_clip(clips / "goforward.raw")
+    first = feed_frames_open(stream, np.concatenate([audio, silence(1.0)]))
+    assert [f.utterance_id for f in of_type(first, Final)] == [0]
+    assert stream.agent_turn("Are you still there?", True) == [
+        AgentTurn(1, "Are you still there?", True)
+    ]
+    speaking = audio[: voiced_span(audio)[1]]
+    feed_frames_open(stream, speaking, t0_ns=T0_NS + 2 * 10**9)
+    with pytest.raises(ValueError, match="the user is speaking"):
+        stream.agent_turn("", False)
+    flushed = [(0, e) for e in stream.flush(T0_NS + 10**10)]
+    assert [f.utterance_id for f in of_type(flushed, Final)] == [2]
 
 
 def test_flush_finalizes_speech_cut_off_mid_utterance(clips: Path, models) -> None:

@@ -3,6 +3,8 @@ spoken when the session opens, the user's turns come after it, speaking over it 
 it, and the history holds what was heard of it."""
 
 import asyncio
+import json
+import re
 import time
 
 import jiwer
@@ -141,3 +143,62 @@ def test_speaking_over_the_greeting_cuts_it_and_the_history_keeps_what_was_heard
     assert len(heard) < len(LONG_GREETING) and LONG_GREETING.startswith(heard.rstrip(CUT_MARK))
     assert _words(answer.transcript) == "go forward 10 meters" and answer.reply_text
     assert _histories(tmp_path / "llm.log")[1] == [{"role": "assistant", "content": heard}]
+
+
+def _agent_prompts(log_path) -> dict[int, str]:
+    """Turn -> the prompt of a reply of the agent's own (the LLM's debug log)."""
+    found = {}
+    for line in log_path.read_text().splitlines():
+        if match := re.search(r"turn (\d+) agent prompt (.*)$", line):
+            found[int(match.group(1))] = json.loads(match.group(2))
+    return found
+
+
+@pytest.mark.slow
+def test_the_agent_speaks_up_later_as_written_or_in_the_models_words(
+    clips_dir, tmp_path, monkeypatch
+):
+    """Pipeline.say after a turn: a verbatim line, then one the model writes from the
+    conversation under this reply's instructions; both are turns of the agent's own in
+    the history of the user's next turn; say is refused while a reply plays."""
+    monkeypatch.setenv("VOXRELAY_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("VOXRELAY_LOG_LEVEL", "DEBUG")
+    clip = read_clip(clips_dir / "goforward.raw").with_silence(1.0)
+    still_there = "Are you still there?"
+    instructions = "You are a robot's voice. Ask the user how far it should go next."
+
+    async def scenario():
+        config = PipelineConfig(asr={"turn_detection": "silence"})
+        async with Pipeline(config) as pipeline:
+            sink = Sink()
+            sid = pipeline.open_session(sink, "test").session_id
+            await pipeline.feed(sid, clip, realtime=True)
+            first = await sink.row(0)  # written once its reply has played
+            with pytest.raises(ValueError, match="not both"):
+                pipeline.say(sid, still_there, instructions)
+            pipeline.say(sid, still_there)
+            verbatim = await sink.row(1)
+            pipeline.say(sid, instructions=instructions)
+            written = await sink.row(2)
+            await pipeline.feed(sid, clip, realtime=True)
+            while 3 not in sink.audio:
+                await asyncio.sleep(0.02)
+            with pytest.raises(ValueError, match="a reply is coming or playing"):
+                pipeline.say(sid, still_there)
+            return sink, first, verbatim, written, await sink.row(3)
+
+    sink, first, verbatim, written, last = asyncio.run(scenario())
+    assert verbatim.opening and not verbatim.transcript and verbatim.reply_text == still_there
+    assert verbatim.to_dict()["ttfa_ms"] is None and not verbatim.error
+    assert jiwer.wer(_words(still_there), _words(_said(sink.audio[1], sink.rate))) <= 0.2
+    assert written.opening and written.reply_text and not written.error
+    prompt = _agent_prompts(tmp_path / "llm.log")[2]
+    assert prompt.startswith(f"<|im_start|>system\n{instructions}<|im_end|>"), prompt
+    assert still_there in prompt and prompt.endswith("<|im_start|>assistant\n")
+    assert _words(last.transcript) == "go forward 10 meters" and not last.opening
+    assert _histories(tmp_path / "llm.log")[3] == [
+        {"role": "user", "content": first.transcript},
+        {"role": "assistant", "content": first.reply_text},
+        {"role": "assistant", "content": still_there},
+        {"role": "assistant", "content": written.reply_text},
+    ]

@@ -176,10 +176,10 @@ def test_a_spoken_turn_with_server_vad(serve_process, clips_dir):
 
 
 @pytest.mark.slow
-def test_response_create_before_any_input_opens_the_conversation(serve_process):
-    """The client asks the agent to speak first: the model writes an opening from the
-    instructions and it is spoken; once it has, a response with nothing new to answer
-    is refused as before."""
+def test_response_create_with_nothing_to_answer_lets_the_agent_speak(serve_process):
+    """Before any input the agent opens the conversation from the instructions; after
+    that, a response.create with nothing new to answer has the agent speak up again, with
+    the response's own instructions; one while a response is active is acknowledged."""
 
     async def scenario():
         async with _client(serve_process.port).realtime.connect(model="voxrelay") as connection:
@@ -190,22 +190,29 @@ def test_response_create_before_any_input_opens_the_conversation(serve_process):
             )
             await _events(connection, "session.updated")
             await connection.response.create()
-            events = await _events(connection, "response.done")
-            await connection.response.create()
-            refused = await _events(connection, "error")
-            return events, refused[-1]
+            opening = await _events(connection, "response.done")
+            await connection.response.create(
+                response={"instructions": "Ask the guest for their room number."}
+            )
+            await _events(connection, "response.created")
+            await connection.response.create()  # active: acknowledged, not a second one
+            again = await _events(connection, "response.done")
+            late = await _events_for(connection, 2.0)
+            return opening, again, late
 
-    events, refused = asyncio.run(scenario())
-    types = [e["type"] for e in events]
-    assert "error" not in types and "input_audio_buffer.committed" not in types, events
-    done = events[-1]["response"]
-    [item] = done["output"]
-    transcript = item["content"][0]["transcript"]
-    assert done["status"] == "completed" and item["role"] == "assistant" and transcript.strip()
-    audio = np.frombuffer(_audio(events), dtype="<i2")
-    print(f"\nopening {transcript!r}: {len(audio) / 24_000:.2f} s")
-    assert len(audio) / 24_000 > 0.5 and np.sqrt(np.mean(audio.astype(np.float64) ** 2)) > 300
-    assert refused["error"]["code"] == "unsupported_value", refused
+    opening, again, late = asyncio.run(scenario())
+    for events in (opening, again):
+        types = [e["type"] for e in events]
+        assert "error" not in types and "input_audio_buffer.committed" not in types, events
+        done = events[-1]["response"]
+        [item] = done["output"]
+        transcript = item["content"][0]["transcript"]
+        assert done["status"] == "completed" and item["role"] == "assistant" and transcript.strip()
+        audio = np.frombuffer(_audio(events), dtype="<i2")
+        print(f"\nagent {transcript!r}: {len(audio) / 24_000:.2f} s")
+        assert len(audio) / 24_000 > 0.5 and np.sqrt(np.mean(audio.astype(np.float64) ** 2)) > 300
+    assert opening[-1]["response"]["id"] != again[-1]["response"]["id"]
+    assert not _of(late, "response.created"), late  # the acknowledged create made none
 
 
 @pytest.mark.slow
