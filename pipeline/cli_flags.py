@@ -25,6 +25,7 @@ STAGE_FLAGS: tuple[FlagSpec, ...] = (
     ("turn_fallback_ms", "asr", "turn_fallback_ms"),
     ("turn_adapt_max_ms", "asr", "turn_adapt_max_ms"),
     ("greeting", "pipeline", "greeting"),
+    ("idle_prompt_s", "pipeline", "idle_prompt_s"),
 )
 STANDBY_FLAG: FlagSpec = ("warm_standby", "pipeline", "warm_standby")
 SERVE_FLAGS: tuple[FlagSpec, ...] = (
@@ -149,4 +150,11 @@ def add_settings_flags(parser: argparse.ArgumentParser, stages: bool = True) -> 
         "--greeting",
         metavar="TEXT",
         help="spoken when a session opens, before the user speaks (default: none)",
+    )
+    group.add_argument(
+        "--idle-prompt-s",
+        type=float,
+        metavar="S",
+        help="after S seconds of quiet the agent asks whether the user is still there "
+        "(then says goodbye; a call hangs up); default 0: never",
     )

@@ -115,6 +115,15 @@ class PipelineConfig:
     # Spoken when a session opens, before the user says a word (a call answered, a
     # browser connected): "Thanks for calling, how can I help?". "" = the agent waits.
     greeting: str = ""
+    # The user says nothing this long after the agent has finished speaking: the agent
+    # speaks up with `idle_prompt` (pipeline/idle.py). 0 = never.
+    idle_prompt_s: float = 0.0
+    idle_prompt: str = "Are you still there?"
+    # After this many prompts in a row with no word from the user, the agent says
+    # `idle_goodbye` ("" = nothing) and gives up: a phone call is hung up once it has
+    # played; other sessions stay open, and prompt again once the user speaks.
+    idle_prompts: int = 2
+    idle_goodbye: str = "I'll let you go now. Goodbye."
     asr: dict[str, Any] = field(default_factory=dict)
     llm: dict[str, Any] = field(default_factory=dict)
     tts: dict[str, Any] = field(default_factory=dict)
@@ -138,6 +147,15 @@ class PipelineConfig:
             )
         if self.greeting:
             check_greeting(self.greeting)
+        if self.idle_prompt_s and not 1.0 <= self.idle_prompt_s <= 600.0:
+            raise ValueError(
+                f"idle_prompt_s must be 0 (off) or in 1..600 s, got {self.idle_prompt_s}"
+            )
+        check_greeting(self.idle_prompt, "idle_prompt")
+        if self.idle_goodbye:
+            check_greeting(self.idle_goodbye, "idle_goodbye")
+        if not 1 <= self.idle_prompts <= 10:
+            raise ValueError(f"idle_prompts must be in 1..10, got {self.idle_prompts}")
         if not 0 <= self.barge_in_min_words <= 20:
             raise ValueError(
                 f"barge_in_min_words must be in 0..20 (0 = off), got {self.barge_in_min_words}"

@@ -9,6 +9,7 @@ records: when it comes back out of TTS, every turn of that input is complete.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -30,10 +31,13 @@ from voxrelay.ipc.records import (
 from voxrelay.pipeline.audio_io import Clip
 from voxrelay.pipeline.barge_in import BargeInRule
 from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, agent_words, check_user_text
+from voxrelay.pipeline.idle import IdlePrompter
 from voxrelay.pipeline.otel import exporter_from_env
 from voxrelay.pipeline.session import Session, SessionRouter, Sink
 from voxrelay.pipeline.supervisor import Supervisor
 from voxrelay.pipeline.trace import TraceSink, TurnTrace
+
+log = logging.getLogger(__name__)
 
 FRAME_MS = 20
 # How often trace rows waiting for their reply audio to play are checked (Session.settle).
@@ -97,6 +101,7 @@ class Pipeline:
         self.supervisor = Supervisor(config, self._on_record)
         self.asr_settings = dict(config.asr)
         self.supervisor.on_restart = self._on_restart
+        self._idle = IdlePrompter(config, self._speak_up)
 
     def _on_restart(self, stage: str, why: str) -> None:
         # Work in flight died with the stage: fail those turns and tell every session that
@@ -148,6 +153,14 @@ class Pipeline:
             now = time.perf_counter_ns()
             for session in list(self.router.sessions.values()):
                 session.settle(now)
+                if self._idle.enabled:
+                    self._idle.check(session, now)
+
+    def _speak_up(self, session: Session, text: str) -> None:
+        try:
+            self.say(session.session_id, text)
+        except ValueError as exc:  # a reply came in between: the next check sees it
+            log.info("session %d: idle prompt not said: %s", session.session_id, exc)
 
     def open_session(self, sink: Sink, transport: str) -> Session:
         """A live session (a WebSocket client): its output goes to `sink`."""

@@ -17,6 +17,7 @@ from typing import Protocol
 from voxrelay.ipc.records import AUDIO_FORMAT, Record, RecordKind, Stamp
 from voxrelay.pipeline.commit_gate import CommitGate, Retraction
 from voxrelay.pipeline.heard import CUT_MARK, Playback, heard_text
+from voxrelay.pipeline.idle import IdleState
 from voxrelay.pipeline.stamps import SPECULATIVE_STAMPS, StampRecord, write_stamp
 from voxrelay.pipeline.trace import TraceSink, TurnTrace
 
@@ -86,6 +87,12 @@ class Session:
         self.sent_samples: Callable[[int], int] | None = None
         self.playback_end_ns = 0  # when the reply audio sent so far ends playing
         self.input_sent = False  # the user's audio or typed text has gone to the ASR
+        self.opened_ns = time.perf_counter_ns()
+        self.user_active_ns = 0  # when the user was last heard (speech, partial, final)
+        self.idle = IdleState()  # the agent's prompts when the user goes quiet
+        # Called with (session, goodbye said) when the agent gives up on a quiet user
+        # (pipeline/idle.py): a phone call hangs up.
+        self.on_idle_end: Callable[[Session, bool], None] | None = None
         self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
         # Turns whose reply audio has all arrived but still plays (at 1x from the first
         # sample): their row is written once it has played, or at a barge-in that cuts it.
@@ -322,6 +329,7 @@ class Session:
             effect(stamp)
 
     def _on_partial(self, stamp: StampRecord) -> None:
+        self.user_active_ns = time.perf_counter_ns()
         self.sink.on_text(stamp.turn_id, "transcript.partial", stamp.text)
         if self.on_transcript is not None:
             self.on_transcript(self, stamp.turn_id, stamp.text, False)
@@ -333,12 +341,14 @@ class Session:
         self._playback(stamp.turn_id).fragments.append((stamp.text, stamp.value))
 
     def _on_speech_start(self, stamp: StampRecord) -> None:
+        self.user_active_ns = time.perf_counter_ns()
         # Text "typed": the turn was typed (Pipeline.send_text), not spoken.
         self.sink.on_text(stamp.turn_id, "speech.started", stamp.text)
         if self.on_speech_start is not None:
             self.on_speech_start(self, stamp.turn_id)
 
     def _on_transcript(self, stamp: StampRecord) -> None:
+        self.user_active_ns = time.perf_counter_ns()
         self.sink.on_text(stamp.turn_id, "transcript.final", stamp.text)
         if self.on_transcript is not None:
             self.on_transcript(self, stamp.turn_id, stamp.text, True)

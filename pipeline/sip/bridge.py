@@ -89,6 +89,8 @@ class CallBridge:
         self._digit_actions = dict(config.dtmf_actions)
         self.session = host.open_session(self, transport)
         self.session_id = self.session.session_id
+        self.session.on_idle_end = self._caller_gone_quiet
+        self._idle_hangup = False  # hang up once the agent's goodbye has played
         self.digits = TraceDigits(self.session)
         self.closed = False
 
@@ -163,6 +165,17 @@ class CallBridge:
         # a call already over is not hung up again.
         if trace.turn_id == self._goodbye_turn and not trace.barge_in_ns and not self.closed:
             self.port.hangup("the dialogue ended", after_playback=True)
+        if self._idle_hangup and trace.opening:
+            self._idle_hangup = False
+            if not trace.barge_in_ns and not self.closed:  # spoken over: the caller is back
+                self.port.hangup("the caller stopped answering", after_playback=True)
+
+    def _caller_gone_quiet(self, session: Session, goodbye: bool) -> None:
+        # pipeline/idle.py gave up on the caller: hang up after its goodbye, if it says one.
+        if goodbye:
+            self._idle_hangup = True
+        elif not self.closed:
+            self.port.hangup("the caller stopped answering", after_playback=False)
 
     def on_input_end(self, lost: bool) -> None:
         pass  # a call's input ends with the call (`close`)
