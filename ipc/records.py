@@ -85,7 +85,7 @@ class ControlOp(IntEnum):
     TEXT_TURN = 12
     # ASR only, on the audio ring: the agent speaks now (Pipeline.say); argument and UTF-8
     # as GREET's. The ASR numbers it as the next turn and sends the LLM a GREET for it;
-    # while the user is speaking it is dropped with an error (their turn is answered)
+    # while the user is speaking it is dropped (their turn is answered)
     AGENT_TURN = 13
 
 

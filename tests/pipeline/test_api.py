@@ -102,13 +102,18 @@ def test_misuse_is_refused_before_anything_starts(tmp_path):
 
 
 async def _events_until_input_end(session, timeout_s: float = 120.0) -> list:
+    return await _events_until(session, voxrelay.InputEnded, timeout_s)
+
+
+async def _events_until(session, last: type, timeout_s: float = 60.0) -> list:
+    """The session's events up to and including the first of type `last`."""
     events = []
     async with asyncio.timeout(timeout_s):
         async for event in session:
             events.append(event)
-            if isinstance(event, voxrelay.InputEnded):
+            if isinstance(event, last):
                 return events
-    raise AssertionError(f"the session closed before its input ended: {events[-5:]}")
+    raise AssertionError(f"the session closed before a {last.__name__}: {events[-5:]}")
 
 
 def _first(events: list, kind: type, **fields) -> int:
@@ -275,12 +280,7 @@ def test_the_agent_speaks_first_through_the_api():
             with pytest.raises(TypeError, match="text must be a string"):
                 session.greet(5)  # type: ignore[arg-type]
             session.greet(greeting)
-            events = []
-            async with asyncio.timeout(60):
-                async for event in session:
-                    events.append(event)
-                    if isinstance(event, voxrelay.TurnDone):
-                        break
+            events = await _events_until(session, voxrelay.TurnDone)
             with pytest.raises(ValueError, match="only before the session's first audio"):
                 session.greet()  # its turn is taken
             return events
@@ -303,12 +303,7 @@ def test_a_typed_turn_through_the_api():
             with pytest.raises(ValueError, match="the user's text is empty"):
                 session.send_text("")
             session.send_text("Is the pool open today?")
-            events = []
-            async with asyncio.timeout(60):
-                async for event in session:
-                    events.append(event)
-                    if isinstance(event, voxrelay.TurnDone):
-                        break
+            events = await _events_until(session, voxrelay.TurnDone)
             return events
 
     events = asyncio.run(scenario())

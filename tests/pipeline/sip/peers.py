@@ -1,7 +1,8 @@
 """Helpers for the real-peer tests: 8 kHz clips, a pcap writer for SIPp, SIPp scenarios,
-a tshark capture on loopback and its RTP read-out."""
+a tshark capture on loopback and its RTP read-out, a call answered on the real pipeline."""
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import struct
@@ -14,9 +15,14 @@ import numpy as np
 import soxr
 
 from voxrelay.pipeline.audio_io import read_clip, write_wav
+from voxrelay.pipeline.config import PipelineConfig
+from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.sip import g711
+from voxrelay.pipeline.sip.caller import Caller
+from voxrelay.pipeline.sip.config import SipConfig
 from voxrelay.pipeline.sip.dtmf import build_event
 from voxrelay.pipeline.sip.rtp import RtpPacket
+from voxrelay.pipeline.sip.server import SipServer
 
 SIPP = "/usr/bin/sipp"
 BARESIP = "/usr/bin/baresip"
@@ -293,3 +299,21 @@ class LoopThread:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+@contextlib.asynccontextmanager
+async def answered_call(config: PipelineConfig):
+    """The real pipeline behind a SIP server, and the Python caller's call to it answered
+    (200 OK): yields (the call's bridge, the caller, when the 200 OK came)."""
+    async with Pipeline(config, transport_name="sip") as pipeline:
+        server = SipServer(pipeline, SipConfig(port=0))
+        await server.start()
+        caller = Caller(server.local)
+        await caller.open()
+        try:
+            assert (await caller.dial()).status == 200
+            answered_ns = time.perf_counter_ns()
+            yield server.calls[caller.call_id].bridge, caller, answered_ns
+        finally:
+            caller.close()
+            server.stop()

@@ -3,21 +3,16 @@ caller over UDP, G.711 RTP) on the real pipeline hears it before saying a word, 
 speaks and is answered."""
 
 import asyncio
-import time
 
 import jiwer
 import numpy as np
 import pytest
 import soxr
 
-from tests.pipeline.sip.peers import clip_8k
+from tests.pipeline.sip.peers import answered_call, clip_8k
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.models import load_asr
 from voxrelay.pipeline.config import PipelineConfig
-from voxrelay.pipeline.run import Pipeline
-from voxrelay.pipeline.sip.caller import Caller
-from voxrelay.pipeline.sip.config import SipConfig
-from voxrelay.pipeline.sip.server import SipServer
 
 pytestmark = pytest.mark.slow
 
@@ -45,29 +40,18 @@ def test_the_caller_hears_the_greeting_then_is_answered(clips_dir):
             tts={"noise_scale": 0.0, "noise_w_scale": 0.0},  # deterministic takes
             greeting=GREETING,
         )
-        async with Pipeline(config, transport_name="sip") as pipeline:
-            server = SipServer(pipeline, SipConfig(port=0))
-            await server.start()
-            caller = Caller(server.local)
-            await caller.open()
-            try:
-                assert (await caller.dial()).status == 200
-                answered_ns = time.perf_counter_ns()
-                bridge = server.calls[caller.call_id].bridge
-                async with asyncio.timeout(30):  # the greeting plays, then silence
-                    while 0 not in {t.turn_id for t in bridge.traces}:
-                        await asyncio.sleep(0.05)
-                greeting = caller.received_pcm16()
-                first_rtp_ms = (caller.received[0][0] - answered_ns) / 1e6
-                await caller.stream(speech)
-                async with asyncio.timeout(60):
-                    while 1 not in {t.turn_id for t in bridge.traces}:
-                        await asyncio.sleep(0.05)
-                await caller.hangup()
-            finally:
-                caller.close()
-                server.stop()
-            return greeting, first_rtp_ms, {t.turn_id: t for t in bridge.traces}
+        async with answered_call(config) as (bridge, caller, answered_ns):
+            async with asyncio.timeout(30):  # the greeting plays, then silence
+                while 0 not in {t.turn_id for t in bridge.traces}:
+                    await asyncio.sleep(0.05)
+            greeting = caller.received_pcm16()
+            first_rtp_ms = (caller.received[0][0] - answered_ns) / 1e6
+            await caller.stream(speech)
+            async with asyncio.timeout(60):
+                while 1 not in {t.turn_id for t in bridge.traces}:
+                    await asyncio.sleep(0.05)
+            await caller.hangup()
+        return greeting, first_rtp_ms, {t.turn_id: t for t in bridge.traces}
 
     greeting, first_rtp_ms, traces = asyncio.run(call())
     print(f"\nfirst RTP of the greeting {first_rtp_ms:.0f} ms after the 200 OK")

@@ -8,12 +8,9 @@ import time
 import jiwer
 import pytest
 
+from tests.pipeline.sip.peers import answered_call
 from tests.pipeline.sip.test_greeting_call import _heard, _words
 from voxrelay.pipeline.config import PipelineConfig
-from voxrelay.pipeline.run import Pipeline
-from voxrelay.pipeline.sip.caller import Caller
-from voxrelay.pipeline.sip.config import SipConfig
-from voxrelay.pipeline.sip.server import SipServer
 
 pytestmark = pytest.mark.slow
 
@@ -32,25 +29,14 @@ def test_a_quiet_caller_is_asked_then_hung_up_on():
             idle_prompts=1,
             idle_goodbye=GOODBYE,
         )
-        async with Pipeline(config, transport_name="sip") as pipeline:
-            server = SipServer(pipeline, SipConfig(port=0))
-            await server.start()
-            caller = Caller(server.local)
-            await caller.open()
-            try:
-                assert (await caller.dial()).status == 200
-                answered_ns = time.perf_counter_ns()
-                bridge = server.calls[caller.call_id].bridge
-                # The caller sends silence, as a phone line does, and says nothing.
-                quiet = asyncio.create_task(caller.stream(bytes(2 * 8000 * 30)))
-                async with asyncio.timeout(60):
-                    await caller.hung_up_by_server.wait()
-                bye_s = (time.perf_counter_ns() - answered_ns) / 1e9
-                quiet.cancel()
-            finally:
-                caller.close()
-                server.stop()
-            return bye_s, bridge, caller
+        async with answered_call(config) as (bridge, caller, answered_ns):
+            # The caller sends silence, as a phone line does, and says nothing.
+            quiet = asyncio.create_task(caller.stream(bytes(2 * 8000 * 30)))
+            async with asyncio.timeout(60):
+                await caller.hung_up_by_server.wait()
+            bye_s = (time.perf_counter_ns() - answered_ns) / 1e9
+            quiet.cancel()
+        return bye_s, bridge, caller
 
     bye_s, bridge, caller = asyncio.run(call())
     traces = {t.turn_id: t for t in bridge.traces}
