@@ -11,6 +11,7 @@ generated, as the assistant's part of the exchange (`ControlOp.HEARD`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 CUT_MARK = "…"  # ends a reply the user did not hear to its end
@@ -57,6 +58,75 @@ class Playback:
         # AUDIO_END) on the data ring: what was delivered bounds the reply from below.
         total = max(sum(samples for _, samples in self.fragments), self.delivered_samples)
         return self.complete and self.played_samples(now_ns, sent_samples) >= total
+
+
+class Playbacks:
+    """A session's reply audio by turn, as its sink got it, until surely played: when the
+    audio sent so far ends playing, and what of each reply a cut leaves unheard."""
+
+    def __init__(self) -> None:
+        self._by_turn: dict[int, Playback] = {}
+        self.end_ns = 0  # when the reply audio sent so far ends playing (1x from the first)
+        # Set by a transport that queues after the sink (WebSocket): the samples of a turn
+        # (at the reply's rate) that actually left for the client.
+        self.sent_samples: Callable[[int], int] | None = None
+
+    def __contains__(self, turn_id: int) -> bool:
+        return turn_id in self._by_turn
+
+    def __getitem__(self, turn_id: int) -> Playback:
+        return self._by_turn[turn_id]
+
+    def get(self, turn_id: int) -> Playback | None:
+        return self._by_turn.get(turn_id)
+
+    def of(self, turn_id: int) -> Playback:
+        """The turn's playback, begun if it has none."""
+        if turn_id not in self._by_turn:
+            self._by_turn[turn_id] = Playback()
+        return self._by_turn[turn_id]
+
+    def audio(self, turn_id: int, samples: int, rate: int, first_audio_ns: int) -> None:
+        """`samples` more of the turn's reply went to the sink."""
+        playback = self.of(turn_id)
+        playback.on_audio(samples, rate, first_audio_ns)
+        self.end_ns = max(self.end_ns, playback.end_ns())
+
+    def complete(self, turn_id: int, now_ns: int) -> None:
+        """The turn's audio is all out (AUDIO_END); replies surely played are forgotten."""
+        for turn, playback in list(self._by_turn.items()):
+            if playback.complete and playback.end_ns() < now_ns:
+                del self._by_turn[turn]
+        if turn_id in self._by_turn:
+            self._by_turn[turn_id].complete = True
+
+    def drop(self, turn_id: int) -> None:
+        """The turn's audio was never played (retracted) or no longer counts (failed)."""
+        self._by_turn.pop(turn_id, None)
+
+    def cut_before(self, turn_id: int) -> None:
+        """A barge-in: the replies of older turns stop playing."""
+        self.end_ns = 0
+        for turn in [t for t in self._by_turn if t < turn_id]:
+            del self._by_turn[turn]
+
+    def turns_before(self, turn_id: int) -> set[int]:
+        return {t for t in self._by_turn if t < turn_id}
+
+    def heard(self, turns: Iterable[int], now_ns: int) -> list[tuple[int, str]]:
+        """(turn, heard text) for each of `turns` whose reply a cut at `now_ns` leaves
+        unheard in part: none of it at the sink yet, or its audio still playing."""
+        heard: list[tuple[int, str]] = []
+        for turn in sorted(turns):
+            playback = self._by_turn.get(turn)
+            if playback is None:  # nothing of it reached the sink
+                heard.append((turn, CUT_MARK))
+                continue
+            sent = self.sent_samples(turn) if self.sent_samples is not None else None
+            if not playback.fully_played(now_ns, sent):
+                played = playback.played_samples(now_ns, sent)
+                heard.append((turn, heard_text(playback.fragments, played)))
+        return heard
 
 
 def heard_text(fragments: list[tuple[str, int]], played_samples: int) -> str:

@@ -51,7 +51,7 @@ class IdlePrompter:
         if session.user_active_ns > state.prompted_ns:  # the user spoke: start over
             state.prompts, state.gave_up = 0, False
         quiet_since = max(
-            session.opened_ns, session.playback_end_ns, session.user_active_ns, state.prompted_ns
+            session.opened_ns, session.playbacks.end_ns, session.user_active_ns, state.prompted_ns
         )
         if state.gave_up or now_ns - quiet_since < self._after_ns or session.replying():
             return

@@ -33,7 +33,8 @@ from voxrelay.pipeline.barge_in import BargeInRule
 from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, agent_words, check_user_text
 from voxrelay.pipeline.idle import IdlePrompter
 from voxrelay.pipeline.otel import exporter_from_env
-from voxrelay.pipeline.session import Session, SessionRouter, Sink
+from voxrelay.pipeline.router import SessionRouter
+from voxrelay.pipeline.session import Session, Sink
 from voxrelay.pipeline.supervisor import Supervisor
 from voxrelay.pipeline.trace import TraceSink, TurnTrace
 

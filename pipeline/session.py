@@ -8,7 +8,6 @@ reply audio, transcripts, errors and finished turns.
 from __future__ import annotations
 
 import functools
-import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from typing import Protocol
 
 from voxrelay.ipc.records import AUDIO_FORMAT, Record, RecordKind, Stamp
 from voxrelay.pipeline.commit_gate import CommitGate, Retraction
-from voxrelay.pipeline.heard import CUT_MARK, Playback, heard_text
+from voxrelay.pipeline.heard import Playbacks
 from voxrelay.pipeline.idle import IdleState
 from voxrelay.pipeline.stamps import SPECULATIVE_STAMPS, StampRecord, write_stamp
 from voxrelay.pipeline.trace import TraceSink, TurnTrace
@@ -82,10 +81,6 @@ class Session:
         self.on_speech_start: Callable[[Session, int], None] | None = None
         # Called with (session, turn, text, final) for every partial and final transcript.
         self.on_transcript: Callable[[Session, int, str, bool], None] | None = None
-        # Set by a transport that queues after the sink (WebSocket): the samples of a
-        # turn (at the reply's rate) that actually left for the client.
-        self.sent_samples: Callable[[int], int] | None = None
-        self.playback_end_ns = 0  # when the reply audio sent so far ends playing
         self.input_sent = False  # the user's audio or typed text has gone to the ASR
         self.opened_ns = time.perf_counter_ns()
         self.user_active_ns = 0  # when the user was last heard (speech, partial, final)
@@ -93,7 +88,7 @@ class Session:
         # Called with (session, goodbye said) when the agent gives up on a quiet user
         # (pipeline/idle.py): a phone call hangs up.
         self.on_idle_end: Callable[[Session, bool], None] | None = None
-        self.playbacks: dict[int, Playback] = {}  # by turn: until surely played
+        self.playbacks = Playbacks()  # the reply audio by turn, until surely played
         # Turns whose reply audio has all arrived but still plays (at 1x from the first
         # sample): their row is written once it has played, or at a barge-in that cuts it.
         self._playing: dict[int, TurnTrace] = {}
@@ -159,7 +154,7 @@ class Session:
         retraction = Retraction(record.origin_ns or record.stamp_ns, record.stamp_ns)
         self._retracted[record.turn_id] = retraction
         self.gate.retract(record.turn_id, retraction.llm_ns)
-        self.playbacks.pop(record.turn_id, None)  # its fragments were never played
+        self.playbacks.drop(record.turn_id)  # its fragments were never played
         trace = self.turns.get(record.turn_id)
         if trace is not None:
             for stamp in SPECULATIVE_STAMPS:
@@ -186,9 +181,7 @@ class Session:
         heard = self.heard_before(turn_id, at_ns)
         self.min_turn = max(self.min_turn, turn_id)
         self.gate.forget_before(self.min_turn)
-        self.playback_end_ns = 0
-        for turn in [t for t in self.playbacks if t < self.min_turn]:
-            del self.playbacks[turn]
+        self.playbacks.cut_before(self.min_turn)
         cut = dict(heard)
         for stale in [t for t in self.turns if t < self.min_turn]:
             trace = self.turns.pop(stale)
@@ -234,29 +227,13 @@ class Session:
         """(turn, heard text) for every reply older than `turn_id` that a cut at `now_ns`
         leaves unheard in part: still generating, or its audio still playing."""
         cut = {t for t, trace in self.turns.items() if t < turn_id and _answers(trace)}
-        cut |= {t for t in self.playbacks if t < turn_id}
-        heard: list[tuple[int, str]] = []
-        for turn in sorted(cut):
-            playback = self.playbacks.get(turn)
-            if playback is None:  # nothing of it reached the sink
-                heard.append((turn, CUT_MARK))
-                continue
-            sent = self.sent_samples(turn) if self.sent_samples is not None else None
-            if not playback.fully_played(now_ns, sent):
-                played = playback.played_samples(now_ns, sent)
-                heard.append((turn, heard_text(playback.fragments, played)))
-        return heard
-
-    def _playback(self, turn_id: int) -> Playback:
-        if turn_id not in self.playbacks:
-            self.playbacks[turn_id] = Playback()
-        return self.playbacks[turn_id]
+        return self.playbacks.heard(cut | self.playbacks.turns_before(turn_id), now_ns)
 
     def replying(self, before_turn: int = 1 << 62) -> bool:
         """True while a committed turn older than `before_turn` (by default any) still has
         a reply coming, or reply audio already sent is still playing (by real-time
         arithmetic: the sink plays what it gets at 1x from the first sample on)."""
-        if time.perf_counter_ns() < self.playback_end_ns:
+        if time.perf_counter_ns() < self.playbacks.end_ns:
             return True
         return any(t < before_turn and _answers(trace) for t, trace in self.turns.items())
 
@@ -268,18 +245,12 @@ class Session:
             trace.first_audio_out_ns = time.perf_counter_ns()
         trace.audio_out_samples += len(pcm) // 2
         trace.audio_out_rate = rate
-        self._playback(record.turn_id).on_audio(len(pcm) // 2, rate, trace.first_audio_out_ns)
-        played_ns = trace.first_audio_out_ns + trace.audio_out_samples * 1_000_000_000 // rate
-        self.playback_end_ns = max(self.playback_end_ns, played_ns)
+        self.playbacks.audio(record.turn_id, len(pcm) // 2, rate, trace.first_audio_out_ns)
         self.sink.on_audio(record.turn_id, pcm, rate)
 
     def _on_audio_end(self, record: Record) -> None:
         now = time.perf_counter_ns()
-        for turn, playback in list(self.playbacks.items()):  # surely played: forget
-            if playback.complete and playback.end_ns() < now:
-                del self.playbacks[turn]
-        if record.turn_id in self.playbacks:
-            self.playbacks[record.turn_id].complete = True
+        self.playbacks.complete(record.turn_id, now)
         trace = self.turns.pop(record.turn_id, None)
         if trace is None or trace.error:
             return
@@ -338,7 +309,7 @@ class Session:
         self._reply_text_out(stamp, "response.text.delta")
 
     def _on_fragment(self, stamp: StampRecord) -> None:
-        self._playback(stamp.turn_id).fragments.append((stamp.text, stamp.value))
+        self.playbacks.of(stamp.turn_id).fragments.append((stamp.text, stamp.value))
 
     def _on_speech_start(self, stamp: StampRecord) -> None:
         self.user_active_ns = time.perf_counter_ns()
@@ -378,7 +349,7 @@ class Session:
         trace = self.trace(turn_id)
         if not trace.error:
             self._end(turn_id)
-            self.playbacks.pop(turn_id, None)
+            self.playbacks.drop(turn_id)
             trace.error = message
             self.sink.on_error(turn_id, message)
             self.turns.pop(turn_id, None)
@@ -395,52 +366,3 @@ def _answers(trace: TurnTrace) -> bool:
     """Whether the turn has a reply coming: the user's words are final, or it is the
     agent's opening."""
     return bool(trace.transcript) or trace.opening
-
-
-class SessionRouter:
-    def __init__(
-        self,
-        traces: TraceSink,
-        transport: str = "file",
-        mode: str = "streaming",
-        models: tuple[str, str, str] = ("", "", ""),
-    ) -> None:
-        self.sessions: dict[int, Session] = {}
-        self._models = models
-        self._ids = itertools.count(1)
-        self._traces = traces
-        self._transport = transport
-        self._mode = mode
-        self.unrouted = 0
-
-    def open(self, sink: Sink, transport: str | None = None) -> Session:
-        session = Session(
-            next(self._ids),
-            sink,
-            self._traces,
-            transport or self._transport,
-            self._mode,
-            self._models,
-        )
-        self.sessions[session.session_id] = session
-        return session
-
-    def close(self, session_id: int) -> None:
-        session = self.sessions.pop(session_id, None)
-        if session is not None:
-            session.flush()
-
-    def on_record(self, stage: str, record: Record) -> None:
-        session = self.sessions.get(record.session_id)
-        if session is None:
-            self.unrouted += 1
-            return
-        session.deliver(record)
-
-    def on_stage_restart(self, stage: str, why: str) -> list[tuple[int, int]]:
-        """Fail every open turn; returns the (session, turn) pairs that failed."""
-        failed: list[tuple[int, int]] = []
-        for session in self.sessions.values():
-            message = f"{why}; the turn was lost, the next one will work"
-            failed += [(session.session_id, t) for t in session.fail_open_turns(message)]
-        return failed

@@ -100,7 +100,7 @@ class ClientSession:
         self.last_activity = self._loop.time()
         self.session = pipeline.open_session(self, "websocket")
         self.session_id = self.session.session_id
-        self.session.sent_samples = self._sent_samples
+        self.session.playbacks.sent_samples = self._sent_samples
         self._controls: dict[str, Callable[[dict[str, Any]], None]] = {
             "input.end": self._on_input_end,
             "input.text": self._on_input_text,

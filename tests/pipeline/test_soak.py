@@ -101,7 +101,7 @@ def test_consecutive_turns_in_one_session(soaked):
             trace = await asyncio.wait_for(sink.done.get(), 120)
             answered.append(trace)
             # A user who lets the reply finish: speaking over it would be a barge-in.
-            await asyncio.sleep(max(0.0, (session.playback_end_ns - time.perf_counter_ns()) / 1e9))
+            await asyncio.sleep(max(0.0, (session.playbacks.end_ns - time.perf_counter_ns()) / 1e9))
             assert not sink.errors, sink.errors
             if index + 1 == WARMUP:
                 baseline = _census(pipeline.supervisor)
