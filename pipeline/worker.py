@@ -130,6 +130,11 @@ class Handler(Protocol):
 HandlerFactory = Callable[[dict[str, object], Sender, Events], Handler]
 
 
+# Controls sent on the ASR's audio ring with the session's audio, before the ASR has
+# numbered their turn: a typed turn's, the agent's, the first utterance's number.
+UNNUMBERED_CONTROLS = frozenset({ControlOp.TURN_BASE, ControlOp.TEXT_TURN, ControlOp.AGENT_TURN})
+
+
 class TurnGate:
     """Drops data records of closed sessions and of turns a NEW_TURN has superseded.
 
@@ -158,11 +163,14 @@ class TurnGate:
     def admits(self, record: Record) -> bool:
         if record.session_id in self.closed:
             return False
-        # Audio carries no turn id yet (ASR assigns turns), nor do the controls sent with it
-        # on the audio ring (TURN_BASE, TEXT_TURN: a typed turn is numbered by the ASR);
-        # only later kinds are gated.
-        if record.kind in (RecordKind.AUDIO_IN, RecordKind.END_OF_INPUT, RecordKind.CONTROL):
+        # Audio carries no turn id yet (ASR assigns turns), nor do the controls that ask the
+        # ASR to number one (a typed turn, the agent's); only later kinds are gated.
+        if record.kind in (RecordKind.AUDIO_IN, RecordKind.END_OF_INPUT):
             return True
+        if record.kind == RecordKind.CONTROL:
+            op, _ = CONTROL_BODY.unpack_from(record.payload)
+            if op in UNNUMBERED_CONTROLS:
+                return True
         return record.turn_id >= self.min_turn.get(record.session_id, 0)
 
 
