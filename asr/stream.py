@@ -173,9 +173,19 @@ class ASRStream:
         for prob in self._vad.pad_and_finish():
             now += WINDOW_SAMPLES
             events += self._on_window(prob, now)
+        return events + self._end_utterance()
+
+    def _end_utterance(self) -> list[ASREvent]:
+        """The utterance under way, if any, ends at the audio heard so far (its Final)."""
+        events: list[ASREvent] = []
         for endpoint_event in self._endpointer.finish(self._audio.end):
             events += self._handlers[endpoint_event.kind](endpoint_event, self._audio.end)
         return events
+
+    def _new_utterance_id(self) -> int:
+        utterance_id = self._next_id
+        self._next_id += 1
+        return utterance_id
 
     def _process(self, samples: np.ndarray) -> list[ASREvent]:
         self._audio.append(samples)
@@ -229,8 +239,7 @@ class ASRStream:
         names = self.config.whisper_models  # (alone, shared) for "auto"
         model = names[-1] if self._shared is not None and self._shared() else names[0]
         self._turn.speech_started(event.sample, event.forced)
-        utterance = _Utterance(self._next_id, audio_start, model)
-        self._next_id += 1
+        utterance = _Utterance(self._new_utterance_id(), audio_start, model)
         self._utterance = utterance
         self._last_decode_at = now
         return [SpeechStart(utterance.utterance_id, self._clock.arrival_ns(event.sample))]
@@ -273,13 +282,8 @@ class ASRStream:
         with no audio: its SpeechStart (typed) and its Final, ended at `arrival_ns`."""
         if self._flushed:
             raise ValueError("text_turn() after flush(): start a new ASRStream for new input")
-        events: list[ASREvent] = []
-        if self._utterance is not None:
-            end = self._audio.end
-            for endpoint_event in self._endpointer.finish(end):
-                events += self._handlers[endpoint_event.kind](endpoint_event, end)
-        utterance_id = self._next_id
-        self._next_id += 1
+        events = self._end_utterance()
+        utterance_id = self._new_utterance_id()
         return [
             *events,
             SpeechStart(utterance_id, arrival_ns, typed=True),
@@ -291,9 +295,7 @@ class ASRStream:
         the user is speaking (an utterance is open): their turn is answered instead."""
         if self._utterance is not None:
             raise ValueError("the user is speaking: the agent speaks after their turn")
-        utterance_id = self._next_id
-        self._next_id += 1
-        return [AgentTurn(utterance_id, text, verbatim)]
+        return [AgentTurn(self._new_utterance_id(), text, verbatim)]
 
     def score_pending(self) -> None:
         """Score the open pause's audio (Smart Turn, ~30 ms), if one waits for it. The

@@ -25,6 +25,17 @@ MAX_GREETING_CHARS = 1000  # ~1 min of speech: a greeting, not a recording
 MAX_INSTRUCTIONS_BYTES = 16_384  # a session's system prompt, or one reply's instructions
 
 
+def check_instructions(value: object) -> str:
+    """A system prompt or a reply's instructions as given: TypeError if not a string,
+    ValueError if over MAX_INSTRUCTIONS_BYTES (the same message for both)."""
+    rule = f"instructions must be a string of at most {MAX_INSTRUCTIONS_BYTES} bytes"
+    if not isinstance(value, str):
+        raise TypeError(rule)
+    if len(value.encode()) > MAX_INSTRUCTIONS_BYTES:
+        raise ValueError(rule)
+    return value
+
+
 def check_greeting(text: str, what: str = "greeting") -> str:
     """Words the agent speaks as written (stripped); ValueError if empty or too long."""
     if not isinstance(text, str):
@@ -50,11 +61,7 @@ def agent_words(text: str | None, instructions: str | None) -> tuple[bool, str]:
         return True, check_greeting(text, "the agent's text")
     if instructions is None:
         return False, ""
-    if not isinstance(instructions, str):
-        raise TypeError(f"instructions must be a string, got {type(instructions).__name__}")
-    if len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES:
-        raise ValueError(f"instructions are over {MAX_INSTRUCTIONS_BYTES} bytes")
-    return False, instructions.strip()
+    return False, check_instructions(instructions).strip()
 
 
 # A turn the user types (Pipeline.send_text): about what a long spoken turn holds, and a

@@ -184,14 +184,17 @@ class RealtimeSession(RealtimeOutput):
         response = event.get("response") or {}
         if not isinstance(response, dict):
             raise RealtimeError("invalid_type", "'response' must be an object", "response")
+        if self.session.replying():  # a reply with no response here (a race with its end)
+            raise RealtimeError(
+                "conversation_already_has_active_response",
+                "a reply is coming or playing: the agent speaks after it",
+            )
         instructions = response.get("instructions")
         try:
             self.pipeline.say(self.session_id, instructions=instructions or None)
         except TypeError as exc:
             raise RealtimeError("invalid_type", str(exc), "response.instructions") from None
         except ValueError as exc:
-            if self.session.replying():
-                raise RealtimeError("conversation_already_has_active_response", str(exc)) from None
             raise RealtimeError("invalid_value", str(exc), "response.instructions") from None
 
     async def _item_create(self, event: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ import binascii
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voxrelay.pipeline.config import MAX_INSTRUCTIONS_BYTES
+from voxrelay.pipeline.config import check_instructions
 from voxrelay.pipeline.sip import g711
 
 SPEEDS = (0.5, 1.5)  # Realtime allows 0.25..1.5, the voice 0.5..2.0: what both can do
@@ -207,14 +207,10 @@ def apply_update(config: RealtimeConfig, session: Any) -> RealtimeConfig:
         )
         changes["turn_detection"] = _detection(value, param)
     if "instructions" in session:
-        text = session["instructions"]
-        if not isinstance(text, str) or len(text.encode()) > MAX_INSTRUCTIONS_BYTES:
-            raise RealtimeError(
-                "invalid_value",
-                f"instructions must be a string of at most {MAX_INSTRUCTIONS_BYTES} bytes",
-                "session.instructions",
-            )
-        changes["instructions"] = text
+        try:
+            changes["instructions"] = check_instructions(session["instructions"])
+        except (TypeError, ValueError) as exc:
+            raise RealtimeError("invalid_value", str(exc), "session.instructions") from None
     speed = audio_out.get("speed", session.get("speed"))
     if speed is not None:
         low, high = SPEEDS

@@ -209,12 +209,7 @@ class Pipeline:
         session.trace(OPENING_TURN).opening = True
         # On the audio ring, ahead of the session's first audio: the ASR numbers the user's
         # first utterance after the greeting, whatever the stages' loops read first.
-        self.supervisor.audio_in.send(
-            RecordKind.CONTROL,
-            CONTROL_BODY.pack(ControlOp.TURN_BASE, OPENING_TURN + 1),
-            session_id=session_id,
-            turn_id=OPENING_TURN,
-        )
+        self._to_asr(session_id, ControlOp.TURN_BASE, OPENING_TURN + 1, turn_id=OPENING_TURN)
         self.supervisor.control(
             ControlOp.GREET,
             int(verbatim),
@@ -242,11 +237,19 @@ class Pipeline:
         verbatim, words = agent_words(text, instructions)
         if session.replying():
             raise ValueError("a reply is coming or playing: the agent speaks after it")
+        self._to_asr(session_id, ControlOp.AGENT_TURN, int(verbatim), words)
+
+    def _to_asr(
+        self, session_id: int, op: ControlOp, argument: int, text: str = "", turn_id: int = 0
+    ) -> None:
+        """A control for the ASR on the audio ring, behind the audio sent before it: the
+        controls that have the ASR number a turn (UNNUMBERED_CONTROLS)."""
         self.supervisor.audio_in.send(
             RecordKind.CONTROL,
-            CONTROL_BODY.pack(ControlOp.AGENT_TURN, int(verbatim)),
-            words.encode(),
+            CONTROL_BODY.pack(op, argument),
+            text.encode(),
             session_id=session_id,
+            turn_id=turn_id,
         )
 
     def _open(self, session_id: int) -> Session:
@@ -280,12 +283,7 @@ class Pipeline:
         session = self._open(session_id)
         text = check_user_text(text)
         session.input_sent = True  # the conversation has begun: no greeting after this
-        self.supervisor.audio_in.send(
-            RecordKind.CONTROL,
-            CONTROL_BODY.pack(ControlOp.TEXT_TURN, 0),
-            text.encode(),
-            session_id=session_id,
-        )
+        self._to_asr(session_id, ControlOp.TEXT_TURN, 0, text)
 
     def end_input(self, session_id: int) -> None:
         """The speech ends here: the ASR finalizes the open utterance."""

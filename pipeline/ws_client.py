@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from websockets.asyncio.server import ServerConnection
 
 from voxrelay.pipeline.audio_io import OutputResampler
-from voxrelay.pipeline.config import MAX_INSTRUCTIONS_BYTES
+from voxrelay.pipeline.config import check_instructions
 from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.trace import TurnTrace
 
@@ -379,14 +379,11 @@ class ClientSession:
     def _on_session_update(self, message: dict[str, Any]) -> None:
         instructions = message.get("instructions")
         speed = message.get("voice_speed")
-        if instructions is not None and (
-            not isinstance(instructions, str) or len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES
-        ):
-            self.send_event(
-                "error",
-                code="invalid_message",
-                message=f"instructions must be a string of at most {MAX_INSTRUCTIONS_BYTES} bytes",
-            )
+        try:
+            if instructions is not None:
+                check_instructions(instructions)
+        except (TypeError, ValueError) as exc:
+            self.send_event("error", code="invalid_message", message=str(exc))
             return
         low, high = VOICE_SPEEDS
         number = isinstance(speed, int | float) and not isinstance(speed, bool)
