@@ -283,6 +283,14 @@ class Pipeline:
         session = self._open(session_id)
         text = check_user_text(text)
         session.input_sent = True  # the conversation has begun: no greeting after this
+        if self.supervisor.config.barge_in and session.replying():
+            # Cut it here, as speech over it would: a typed turn's speech start and final
+            # leave the ASR together, so a cut decided on that speech start could reach the
+            # LLM after the typed turn's prompt was built on the whole unheard reply.
+            # NEW_TURN and HEARD are on the LLM's control ring before the ASR reads the text.
+            floor = session.last_reply_turn() + 1
+            self.new_turn(session_id, floor)
+            session.sink.on_text(floor, "response.audio.clear", "")
         self._to_asr(session_id, ControlOp.TEXT_TURN, 0, text)
 
     def end_input(self, session_id: int) -> None:

@@ -237,6 +237,12 @@ class Session:
             return True
         return any(t < before_turn and _answers(trace) for t, trace in self.turns.items())
 
+    def last_reply_turn(self) -> int:
+        """The latest turn with a reply coming or still playing (-1: none)."""
+        coming = [t for t, trace in self.turns.items() if _answers(trace)]
+        playing = [*self._playing, *self.playbacks.turns_before(1 << 62)]
+        return max([*coming, *playing], default=-1)
+
     def _on_audio(self, record: Record) -> None:
         trace = self.trace(record.turn_id)
         rate, _channels, _fmt = AUDIO_FORMAT.unpack_from(record.payload)
