@@ -186,6 +186,7 @@ class Session:
         for stale in [t for t in self.turns if t < self.min_turn]:
             trace = self.turns.pop(stale)
             if _answers(trace):
+                trace.reply_text = trace.reply_text or "".join(trace.reply_deltas).strip()
                 trace.barge_in_ns = at_ns
                 trace.heard_text = cut.get(stale, "")
                 self._finish(trace)
@@ -312,7 +313,13 @@ class Session:
             self.on_transcript(self, stamp.turn_id, stamp.text, False)
 
     def _on_reply_delta(self, stamp: StampRecord) -> None:
-        self._reply_text_out(stamp, "response.text.delta")
+        self._when_committed(stamp, functools.partial(self._delta_out, stamp))
+
+    def _delta_out(self, stamp: StampRecord) -> None:
+        trace = self.turns.get(stamp.turn_id)
+        if trace is not None:
+            trace.reply_deltas.append(stamp.text)
+        self.sink.on_text(stamp.turn_id, "response.text.delta", stamp.text)
 
     def _on_fragment(self, stamp: StampRecord) -> None:
         self.playbacks.of(stamp.turn_id).fragments.append((stamp.text, stamp.value))
@@ -334,12 +341,12 @@ class Session:
         # A reply that ended while speculative (the learned end of turn waited longer
         # than its generation) stamps its text at the commit, before the COMMIT: its
         # held deltas go out first, then the whole text.
-        self._reply_text_out(stamp, "response.text")
+        reply = functools.partial(self.sink.on_text, stamp.turn_id, "response.text", stamp.text)
+        self._when_committed(stamp, reply)
 
-    def _reply_text_out(self, stamp: StampRecord, kind: str) -> None:
+    def _when_committed(self, stamp: StampRecord, deliver: Callable[[], None]) -> None:
         """The reply's text to the client now if its turn is committed, else held until
         the commit (a speculative reply's text is not heard before it)."""
-        deliver = functools.partial(self.sink.on_text, stamp.turn_id, kind, stamp.text)
         if self.gate.admits(stamp.turn_id):
             deliver()
         else:

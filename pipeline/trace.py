@@ -82,6 +82,9 @@ class TurnTrace:
     audio_out_rate: int = 0
     transcript: str = ""
     reply_text: str = ""
+    # The reply's text as it went to the client: a reply cut while still generating
+    # never gets its whole text, so its row keeps what had been generated.
+    reply_deltas: list[str] = field(default_factory=list, repr=False)
     prefill_tokens: int = 0
     prefill_early_tokens: int = 0  # of those, prefilled while the user was speaking
     asr_decode_ms: float = 0.0

@@ -65,3 +65,24 @@ def test_ended_input_and_closing_write_waiting_rows() -> None:
     assert not sink.rows
     session.flush()
     assert [row.turn_id for row in sink.rows] == [0]
+
+
+def _stamp(session: Session, stamp: Stamp, text: str) -> None:
+    body = STAMP_BODY.pack(stamp, 0) + text.encode()
+    session.deliver(Record(RecordKind.STAMP, 0, 1, 0, time.perf_counter_ns(), 0, body))
+
+
+def test_a_reply_cut_while_generating_keeps_the_text_it_had() -> None:
+    """No whole reply text comes for a reply the cut aborted: its row keeps the deltas
+    that had gone to the client, and only those of the committed attempt."""
+    sink = RowSink()
+    session = Session(1, sink, TraceSink(None), "file", "streaming")
+    _stamp(session, Stamp.TRANSCRIPT, "Tell me a story.")
+    _stamp(session, Stamp.REPLY_DELTA, "Never")  # speculative: held, then retracted
+    session.deliver(Record(RecordKind.RESUME, 0, 1, 0, 0, time.perf_counter_ns(), b""))
+    session.deliver(Record(RecordKind.COMMIT, 0, 1, 0, 0, 0, b""))
+    for delta in [" Once", " upon", " a"]:
+        _stamp(session, Stamp.REPLY_DELTA, delta)
+    session.new_turn(1)
+    assert [row.reply_text for row in sink.rows] == ["Once upon a"]
+    assert sink.rows[0].barge_in_ns
