@@ -106,8 +106,19 @@ ROWS: tuple[tuple[str, str], ...] = (
         "turn_end.mean_wait_ms.unscripted.learned_no_habit",
     ),
     (
-        "turn-taking, every real mid-turn pause (natural, lecture, unscripted): ended on, "
+        "turn-taking, speech phenomena (fillers, laughter, cut-off words): pauses ended on, "
         "learned end (%)",
+        "turn_end.false_cut_pct.phenomena",
+    ),
+    ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.phenomena.vad"),
+    ("... ended on, words' rule + 300 ms (%)", "turn_end.false_cut_pct.phenomena.rules"),
+    ("... ended on, Smart Turn alone (%)", "turn_end.false_cut_pct.phenomena.smart_turn"),
+    ("... mean wait after the true ends, learned end (ms)", "turn_end.mean_wait_ms.phenomena"),
+    ("... mean wait, VAD silence alone (ms)", "turn_end.mean_wait_ms.phenomena.vad"),
+    ("... mean wait, Smart Turn alone (ms)", "turn_end.mean_wait_ms.phenomena.smart_turn"),
+    (
+        "turn-taking, every real mid-turn pause (natural, lecture, unscripted, phenomena): "
+        "ended on, learned end (%)",
         "turn_end.false_cut_pct.real_speech",
     ),
     ("... ended on, VAD silence alone (%)", "turn_end.false_cut_pct.real_speech.vad"),

@@ -2,7 +2,7 @@
 detector end the turn on (false cut), and how long does it wait after the turn's true
 end (mean wait, fallbacks included)?
 
-Five sets, every turn streamed through a fresh `ASRStream` (Whisper base, the one-session
+Six sets, every turn streamed through a fresh `ASRStream` (Whisper base, the one-session
 model; partials off: the end of turn reads the decode at the pause) with arrival times
 at real-time pace, followed by 3 s of silence:
 - natural (tests/asr/natural.py): real turns with their speakers' own pauses;
@@ -19,7 +19,11 @@ at real-time pace, followed by 3 s of silence:
   60 s, cut into pieces at pauses: every pause is mid-turn (false cut only, no wait);
 - unscripted (`unscripted_turns`): three talks of ~25 s by one speaker, off the cuff,
   with "uh"s and "um"s, each one turn with a true end where he stops;
-- real_speech: the false cut over every pause of natural, lecture and unscripted.
+- phenomena (`phenomena_turns`): the same speaker's 49 short recordings of speech
+  phenomena (fillers, breaths, laughter, cut-off and repeated words), each one turn
+  with its own pauses and a true end;
+- real_speech: the false cut over every pause of natural, lecture, unscripted and
+  phenomena.
 
 Detectors, in the same run: `vad` (silence alone, 300 ms), `rules` (silence, plus the
 words' rule holding a pause to the fallback), `smart_turn` (Smart Turn's probability
@@ -83,7 +87,7 @@ DETECTORS: dict[str, tuple[ASRConfig, Weights, bool]] = {
 }
 NO_LLM = frozenset({"learned_no_llm"})
 # The sets of real speech with its speakers' own pauses (not spliced, not synthetic).
-REAL_SPEECH = ("natural", "lecture", "unscripted")
+REAL_SPEECH = ("natural", "lecture", "unscripted", "phenomena")
 
 
 @dataclass(slots=True)
@@ -157,6 +161,8 @@ def run() -> dict[str, float]:
         "turn_end.turns.requests": float(len(sets["requests"])),
         "turn_end.pauses.lecture": float(sum(len(t.pauses) for t in sets["lecture"])),
         "turn_end.pauses.unscripted": float(sum(len(t.pauses) for t in sets["unscripted"])),
+        "turn_end.pauses.phenomena": float(sum(len(t.pauses) for t in sets["phenomena"])),
+        "turn_end.turns.phenomena": float(len(sets["phenomena"])),
         "turn_end.pauses.real_speech": float(
             sum(outcomes["learned"][name].pauses for name in REAL_SPEECH)
         ),
@@ -243,8 +249,17 @@ def table(results: dict[str, float]) -> str:
         )
     )
     lines.append(
+        f"one speaker's speech phenomena ({results['turn_end.pauses.phenomena']:.0f} pauses, "
+        f"{results['turn_end.turns.phenomena']:.0f} turns), false cut % / mean wait ms: "
+        + ", ".join(
+            f"{d} {results[f'turn_end.false_cut_pct.phenomena{_suffix(d)}']:.1f} / "
+            f"{results[f'turn_end.mean_wait_ms.phenomena{_suffix(d)}']:.0f}"
+            for d in DETECTORS
+        )
+    )
+    lines.append(
         f"every real mid-turn pause ({results['turn_end.pauses.real_speech']:.0f}: natural, "
-        "lecture, unscripted), false cut %: "
+        "lecture, unscripted, phenomena), false cut %: "
         + ", ".join(
             f"{d} {results[f'turn_end.false_cut_pct.real_speech{_suffix(d)}']:.1f}"
             for d in DETECTORS

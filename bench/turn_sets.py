@@ -19,6 +19,7 @@ from tests.asr.natural import (
     has_true_end,
     lecture_turns,
     natural_turns,
+    phenomena_turns,
     quietest_near,
     unscripted_turns,
     unvoiced_run,
@@ -113,7 +114,7 @@ def stream_turn(
 
 
 def all_sets(models: ASRModels) -> dict[str, list[Turn]]:
-    """`bench.turn_end`'s five sets, by name (its docstring says what each holds)."""
+    """`bench.turn_end`'s six sets, by name (its docstring says what each holds)."""
     natural_root = asset_path("naturalclips")
     return {
         "natural": natural_turns(natural_root, asset_path("testclips"), models.vad),
@@ -121,6 +122,7 @@ def all_sets(models: ASRModels) -> dict[str, list[Turn]]:
         "requests": request_turns(models.vad),
         "lecture": lecture_turns(natural_root, models.vad),
         "unscripted": unscripted_turns(natural_root, models.vad),
+        "phenomena": phenomena_turns(natural_root, models.vad),
     }
 
 

@@ -17,6 +17,10 @@ Turns (docs/asr.md, "The natural-pause set" says how they were chosen and labell
 - Apart (`unscripted_turns`, its own set): three talks of ~25 s by one speaker, off the
   cuff, with "uh"s and "um"s (the Montreal Forced Aligner's test corpus), each one turn,
   cut at pauses into pieces as the lecture is; the talk's end is the true end.
+- Apart (`phenomena_turns`, its own set): the same speaker's 49 short recordings of
+  speech phenomena from that corpus (fillers, breaths, laughter, cut-off and repeated
+  words, a word broken up by silences, creaky and falsetto voice), each one turn of a
+  few words, with its own pauses, ending where he stops.
 
 Labels come from the turn bounds, never from a fixed rule: every pause inside a turn
 (a run of unvoiced Silero windows of at least MIN_PAUSE_MS between voiced ones) is a
@@ -119,6 +123,24 @@ def unscripted_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
             f"unscripted/{name}", read_clip(natural_dir / f"unscripted/{name}.wav"), vad_model
         )
     ]
+
+
+def phenomena_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
+    """One turn per recording ("Montreal, uh, uh, forced aligner", "Ha ha ha, Montreal!
+    Ha ha ha, forced!"), each its own session: pauses at fillers, breaths, laughter and
+    cut-off words are mid-turn, and the recording's end, where he stops, is the true end."""
+    return [
+        _label(f"phenomena/{path.stem}", trim(_decoded(path)), vad_model)
+        for path in sorted((natural_dir / "phenomena").glob("*.flac"))
+    ]
+
+
+def _decoded(path: Path) -> np.ndarray:
+    """A compressed recording (FLAC) as 16 kHz float32, by PyAV as faster-whisper reads
+    files."""
+    from faster_whisper.audio import decode_audio
+
+    return np.asarray(decode_audio(str(path), sampling_rate=SAMPLE_RATE), dtype=np.float32)
 
 
 def _pieces(name: str, audio: np.ndarray, vad_model: object, ends: bool = True) -> list[Turn]:

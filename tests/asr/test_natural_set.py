@@ -1,6 +1,7 @@
 """The lecture set's pieces: the recording cut only at its own pauses, every piece
-short enough for one utterance, every pause mid-turn; the unscripted talks, one turn
-each; the runs of unvoiced windows that label the natural and splice sets' pauses."""
+short enough for one utterance, every pause mid-turn; the unscripted talks and the
+speech phenomena recordings, one turn each; the runs of unvoiced windows that label the
+natural and splice sets' pauses."""
 
 from pathlib import Path
 
@@ -11,11 +12,13 @@ from tests.asr.natural import (
     LECTURE_PIECE_S,
     UNSCRIPTED,
     lecture_turns,
+    phenomena_turns,
     quietest_near,
     unscripted_turns,
     unvoiced_run,
     voiced_windows,
 )
+from voxrelay.asr.vad import WINDOW_SAMPLES
 
 
 def test_the_lecture_is_cut_at_its_pauses_into_pieces_one_utterance_long(
@@ -49,6 +52,24 @@ def test_each_unscripted_talk_is_one_turn_whose_last_piece_holds_the_true_end(
         assert pieces[-1].audio.size - pieces[-1].speech_end > 0.2 * SAMPLE_RATE, name
     lengths = [(b - a) / SAMPLE_RATE for t in turns for a, b in t.pauses]
     assert len(lengths) >= 15 and min(lengths) >= 0.2, lengths
+
+
+def test_each_phenomena_recording_is_one_turn_with_its_own_pauses_and_a_true_end(
+    natural_dir: Path, models
+) -> None:
+    turns = phenomena_turns(natural_dir, models.vad)
+    assert len(turns) == 49 and all(t.true_end for t in turns)
+    assert len({t.name for t in turns}) == 49 and not any(t.session for t in turns)
+    for turn in turns:  # he stops where the recording's speech stops (a few at its end)
+        assert 0 < turn.speech_end <= turn.audio.size + WINDOW_SAMPLES, turn.name
+        assert all(0 < a < b <= turn.speech_end for a, b in turn.pauses), turn.name
+    lengths = [(b - a) / SAMPLE_RATE for t in turns for a, b in t.pauses]
+    assert len(lengths) >= 50 and min(lengths) >= 0.2, lengths
+    # A word broken up by silences ("Mon... tree-all... forced... align... er") pauses
+    # inside the turn; a plain sentence ("This is a long stop.") does not.
+    by_name = {t.name: t for t in turns}
+    assert len(by_name["phenomena/mfa_internalsil"].pauses) >= 3
+    assert not by_name["phenomena/mfa_longstop"].pauses
 
 
 def test_the_request_set_is_the_same_audio_on_every_run(models) -> None:
