@@ -39,6 +39,7 @@ import numpy as np
 import soxr
 
 from tests.asr.clipdata import SAMPLE_RATE, read_clip, trim
+from voxrelay.asr.audio_file import read_audio_file
 from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
 MIN_PAUSE_MS = 200  # eot-bench's shortest pause
@@ -136,11 +137,12 @@ def phenomena_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
 
 
 def _decoded(path: Path) -> np.ndarray:
-    """A compressed recording (FLAC) as 16 kHz float32, by PyAV as faster-whisper reads
-    files."""
-    from faster_whisper.audio import decode_audio
-
-    return np.asarray(decode_audio(str(path), sampling_rate=SAMPLE_RATE), dtype=np.float32)
+    """A compressed recording (FLAC), read as the file forms read one (FFmpeg through
+    PyAV), at 16 kHz float32."""
+    audio = read_audio_file(path)
+    assert audio.channels == 1, path
+    samples = audio.pcm16.astype(np.float32) / 32768
+    return soxr.resample(samples, audio.sample_rate, SAMPLE_RATE).astype(np.float32)
 
 
 def _pieces(name: str, audio: np.ndarray, vad_model: object, ends: bool = True) -> list[Turn]:
