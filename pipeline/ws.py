@@ -178,7 +178,7 @@ class VoiceServer:
         drops = dict(self._closed_drops)
         for client in self.clients.values():
             drops["input"] += client.dropped_input_bytes
-            drops["reply"] += client.dropped_audio_bytes
+            drops["reply"] += client.outbox.dropped_audio_bytes
         return drops
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -230,7 +230,7 @@ class VoiceServer:
         self.clients[client.session_id] = client
         log.info("session %d opened from %s", client.session_id, connection.remote_address)
         client.announce()
-        writer = asyncio.create_task(client.write_loop())
+        writer = asyncio.create_task(client.outbox.write_loop())
         try:
             await self._read(client)
         except ConnectionClosed:
@@ -239,12 +239,12 @@ class VoiceServer:
             writer.cancel()
             self.clients.pop(client.session_id, None)
             self._closed_drops["input"] += client.dropped_input_bytes
-            self._closed_drops["reply"] += client.dropped_audio_bytes
+            self._closed_drops["reply"] += client.outbox.dropped_audio_bytes
             client.close()
             log.info(
                 "session %d closed (%d reply bytes dropped)",
                 client.session_id,
-                client.dropped_audio_bytes,
+                client.outbox.dropped_audio_bytes,
             )
 
     def _open_client(self, connection: ServerConnection, url: SplitResult) -> ClientSession:
@@ -269,13 +269,13 @@ class VoiceServer:
                 async with asyncio.timeout(min(1.0, idle_s)):
                     message = await connection.recv()
             except TimeoutError:
-                if loop.time() - client.last_activity > idle_s:
+                if loop.time() - client.outbox.last_activity > idle_s:
                     await client.close_with_error(
                         CLOSE_NORMAL, "idle_timeout", f"no activity for {idle_s:.0f} s"
                     )
                     return
                 continue
-            client.last_activity = loop.time()
+            client.outbox.last_activity = loop.time()
             await client.on_message(message)
 
 

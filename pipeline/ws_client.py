@@ -1,9 +1,10 @@
 """One WebSocket client of `voxrelay serve`: the Sink of its session and its messages.
 
 The supervisor's record callback calls the Sink methods synchronously, so they never
-await: they convert reply audio, serialise events and append to a bounded outgoing
-queue that this client's own writer task drains. A client that reads too slowly loses
-reply audio (counted), never anyone else's time; one that stays that slow is closed.
+await: they convert reply audio, serialise events and append to the client's bounded
+outgoing queue (pipeline/ws_outbox.py), which its own writer task drains. A client that
+reads too slowly loses reply audio (counted), never anyone else's time; one that stays
+that slow is closed.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import socket
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,19 +22,14 @@ from voxrelay.pipeline.audio_io import OutputResampler
 from voxrelay.pipeline.config import check_instructions
 from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.trace import TurnTrace
+from voxrelay.pipeline.ws_outbox import CLOSE_POLICY, Outbox
 
 if TYPE_CHECKING:
     from voxrelay.pipeline.ws import ServerConfig
 
-log = logging.getLogger("voxrelay.ws")
-
 VOICE_SPEEDS = (0.5, 2.0)  # Piper stays intelligible in this range (length_scale 2..0.5)
-MAX_QUEUED_EVENTS = 4096  # JSON events waiting for one client before it counts as stalled
 CLOSE_NORMAL = 1000
-CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN = 1013
-# A client that does not take our close frame (it stopped reading) is cut after this.
-CLOSE_GRACE_S = 2.0
 # Kernel send buffer per client: ServerConfig.send_buffer_bytes. Autotuned, it could grow
 # to megabytes (a minute of audio) for a client that stopped reading; bounded, the
 # outgoing queue sees the backlog, and audio counted as sent is close to audio the client
@@ -55,6 +49,8 @@ _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
 class ClientSession:
     """One connection: its pipeline session, outgoing queue and control messages."""
 
+    outbox: Outbox
+
     def __init__(
         self,
         connection: ServerConnection,
@@ -71,35 +67,19 @@ class ClientSession:
         self.config = config
         self.input_rate = input_rate
         self.output_rate = output_rate
-        self._loop = asyncio.get_running_loop()
-        # (turn, message, reply audio bytes it carries at output_rate: 0 for an event)
-        self._queue: deque[tuple[int, str | bytes, int]] = deque()
-        self._queued_audio_bytes = 0
-        self._queue_max_audio_bytes = int(config.send_queue_audio_s * output_rate) * 2
-        self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
         self._resamplers: dict[int, OutputResampler] = {}  # per turn: a turn ends its stream
         self._audio_done: set[int] = set()  # turns whose response.done went out, row to come
-        self._overflowed = False  # reply audio was dropped since the writer was last idle
-        self._last_sent = self._loop.time()  # the writer's last completed send, or the
-        # last time the transport's buffer was seen to shrink (the kernel took bytes)
-        self._buffered_at_check = 0
-        self._stall_check: asyncio.TimerHandle | None = None
         self._voice_rate = 0  # the rate reply audio reaches this sink at
-        self._sent_bytes: dict[int, int] = {}  # by turn: reply audio that left for the client
         self.voice_speed = 1.0
         # The session's end of turn (asr/turn_end.py); None: the ASR stage's setting.
         self.turn_eagerness: str | None = None
         self.turn_fallback_ms: int | None = None
-        self._closing: asyncio.Task[None] | None = None
-        self.dropped_audio_bytes = 0
-        self.close_reason: str | None = None  # set once the server decided to close
         self.dropped_input_bytes = 0
         self.last_final_turn = -1
         self.speech_bytes: int | None = None  # input since speech.started; None: no speech
-        self.last_activity = self._loop.time()
         self.session = pipeline.open_session(self, "websocket")
         self.session_id = self.session.session_id
+        self.outbox = Outbox(connection, config, output_rate, f"session {self.session_id}")
         self.session.playbacks.sent_samples = self._sent_samples
         self._controls: dict[str, Callable[[dict[str, Any]], None]] = {
             "input.end": self._on_input_end,
@@ -180,105 +160,29 @@ class ClientSession:
 
     def push_message(self, turn: int, text: str) -> None:
         """A text message (not reply audio) to the outgoing queue."""
-        self._push(turn, text)
-        if len(self._queue) > MAX_QUEUED_EVENTS:
-            self.abort(CLOSE_POLICY, "client does not read its messages")
+        self.outbox.push_text(turn, text)
 
     def encode_audio(self, turn_id: int, pcm16: bytes) -> str | bytes:
         """Reply audio (PCM16 at `output_rate`) as the message that carries it."""
         return pcm16
 
     def _send_audio(self, turn_id: int, pcm16: bytes) -> None:
-        if not pcm16:
-            return
-        if self._queued_audio_bytes + len(pcm16) > self._queue_max_audio_bytes:
-            # Never wait for a slow client here: drop, count, and close it if it stays slow
-            # (a timer: the reply may end, and nothing else arrive, while it stays stuck).
-            self.dropped_audio_bytes += len(pcm16)
-            self._overflowed = True
-            if self._stall_check is None:
-                self._stall_check = self._loop.call_later(
-                    self.config.stalled_client_s, self._check_stalled
-                )
-            return
-        self._queued_audio_bytes += len(pcm16)
-        self._push(turn_id, self.encode_audio(turn_id, pcm16), len(pcm16))
-
-    def _check_stalled(self) -> None:
-        """Stalled: the queue overflowed, and the client has taken nothing for
-        `stalled_client_s` while reply audio waits for it. One that still reads, however
-        slowly, only loses audio."""
-        self._stall_check = None
-        # The writer may be idle with its last messages still in the transport's buffer:
-        # what the kernel takes from there is progress too; what it never takes is not.
-        buffered = self._transport_buffered()
-        if buffered < self._buffered_at_check:
-            self._last_sent = self._loop.time()
-        self._buffered_at_check = buffered
-        if not self._queue and not buffered:
-            self._overflowed = False
-        if not self._overflowed:
-            return  # the client has caught up since
-        waited = self._loop.time() - self._last_sent
-        if waited >= self.config.stalled_client_s:
-            self.abort(CLOSE_POLICY, "client reads reply audio too slowly")
-        else:
-            self._stall_check = self._loop.call_later(
-                self.config.stalled_client_s - waited, self._check_stalled
-            )
-
-    def _transport_buffered(self) -> int:
-        transport = self.connection.transport
-        return 0 if transport is None else transport.get_write_buffer_size()
+        if pcm16 and self.outbox.has_room(len(pcm16)):
+            self.outbox.push_audio(turn_id, self.encode_audio(turn_id, pcm16), len(pcm16))
 
     def _sent_samples(self, turn_id: int) -> int:
         """Reply audio of `turn_id` that left for the client, at the rate the sink got it:
         an upper bound of what the user heard (the client may still buffer it)."""
-        sent = self._sent_bytes.get(turn_id, 0) // 2
+        sent = self.outbox.sent_audio_bytes(turn_id) // 2
         return sent * self._voice_rate // self.output_rate
-
-    def _push(self, turn_id: int, message: str | bytes, audio_bytes: int = 0) -> None:
-        self.last_activity = self._loop.time()
-        self._queue.append((turn_id, message, audio_bytes))
-        self._drained.clear()
-        self._wake.set()
-
-    async def write_loop(self) -> None:
-        """Drains the outgoing queue into the socket; ends when the connection does."""
-        while True:
-            if not self._queue:
-                if not self._transport_buffered():  # else: the stall timer decides
-                    self._overflowed = False
-                self._drained.set()
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            turn, message, audio_bytes = self._queue.popleft()
-            await self.connection.send(message)
-            self._last_sent = self._loop.time()
-            if audio_bytes:
-                self._queued_audio_bytes -= audio_bytes
-                self._sent_bytes[turn] = self._sent_bytes.get(turn, 0) + audio_bytes
-                if len(self._sent_bytes) > 4:  # only recent turns can still be cut
-                    del self._sent_bytes[min(self._sent_bytes)]
-
-    def abort(self, code: int, reason: str) -> None:
-        """Close this connection from a callback that must not await."""
-        if self._closing is None:
-            self.close_reason = reason
-            log.warning("session %d: closing with %d: %s", self.session_id, code, reason)
-            self._closing = self._loop.create_task(self.connection.close(code, reason[:120]))
-            # close() waits until the close frame is written, which never happens for a
-            # client that stopped reading: drop the TCP connection after a grace period.
-            self._loop.call_later(CLOSE_GRACE_S, self.connection.transport.abort)
 
     async def close_with_error(self, close_code: int, error_code: str, message: str) -> None:
         """An `error` event, then the close: the client learns why before the socket goes."""
-        self.close_reason = message
+        self.outbox.close_reason = message
         self.send_error(error_code, message)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._drained.wait(), 1.0)
-        self._loop.call_later(CLOSE_GRACE_S, self.connection.transport.abort)
+            await asyncio.wait_for(self.outbox.drained.wait(), 1.0)
+        self.outbox.cut_after_grace()
         await self.connection.close(close_code, message[:120])
 
     # Incoming messages.
@@ -363,18 +267,9 @@ class ClientSession:
 
     def drop_audio_before(self, floor: int) -> None:
         """Forget reply audio of turns before `floor`: queued, being resampled, sent."""
-        kept: deque[tuple[int, str | bytes, int]] = deque()
-        for entry in self._queue:
-            turn, _message, audio_bytes = entry
-            if audio_bytes and turn < floor:
-                self._queued_audio_bytes -= audio_bytes
-            else:
-                kept.append(entry)
-        self._queue = kept
+        self.outbox.drop_audio_before(floor)
         for turn in [t for t in self._resamplers if t < floor]:
             del self._resamplers[turn]
-        for turn in [t for t in self._sent_bytes if t < floor]:
-            del self._sent_bytes[turn]
 
     def _on_session_update(self, message: dict[str, Any]) -> None:
         instructions = message.get("instructions")
@@ -429,7 +324,5 @@ class ClientSession:
     def close(self) -> None:
         """The connection is gone: free the session here and in every stage."""
         self.pipeline.close_session(self.session_id)
-        if self._stall_check is not None:
-            self._stall_check.cancel()
-        self._queue.clear()
+        self.outbox.close()
         self._resamplers.clear()

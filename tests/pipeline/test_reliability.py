@@ -260,12 +260,12 @@ def test_a_client_that_does_not_read_loses_reply_audio_not_anyone_elses_time(run
             await ws.send(json.dumps({"type": "input.end"}))
             deadline = time.monotonic() + 60
             while not any(
-                c.dropped_audio_bytes and c.session.finished for c in server.clients.values()
+                c.outbox.dropped_audio_bytes and c.session.finished for c in server.clients.values()
             ):
                 assert time.monotonic() < deadline, "no reply audio was dropped"
                 await asyncio.sleep(0.05)
             client = next(iter(server.clients.values()))
-            return client.dropped_audio_bytes, client.session.finished[0].to_dict()
+            return client.outbox.dropped_audio_bytes, client.session.finished[0].to_dict()
 
     try:
         dropped, trace = asyncio.run(silent_client())

@@ -506,14 +506,14 @@ def test_a_client_that_stops_reading_is_closed_with_1008_and_others_are_served(s
             await _stream_clip(ws, clip, 0.0, pace=False)
             await ws.send(json.dumps({"type": "input.end"}))
             deadline = time.monotonic() + 60
-            while client.close_reason is None and time.monotonic() < deadline:
+            while client.outbox.close_reason is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)  # not reading: the reply piles up on the server
-            dropped = client.dropped_audio_bytes
-            print(f"\nclose decided: {client.close_reason!r}, {dropped} reply bytes dropped")
+            dropped = client.outbox.dropped_audio_bytes
+            print(f"\nclose decided: {client.outbox.close_reason!r}, {dropped} reply bytes dropped")
             with pytest.raises(ConnectionClosed) as closed:
                 while True:  # read again: the audio still in flight, then the close frame
                     await asyncio.wait_for(ws.recv(), 10)
-            return closed.value.rcvd, dropped, client.close_reason
+            return closed.value.rcvd, dropped, client.outbox.close_reason
 
     async def scenario():
         return await asyncio.gather(stop_reading(), _one_turn(server.port, clip, 16000))
