@@ -31,7 +31,6 @@ reader goes on (`true_end` False: their pauses count, their ends do not).
 
 from __future__ import annotations
 
-import wave
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -131,18 +130,9 @@ def phenomena_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
     Ha ha ha, forced!"), each its own session: pauses at fillers, breaths, laughter and
     cut-off words are mid-turn, and the recording's end, where he stops, is the true end."""
     return [
-        _label(f"phenomena/{path.stem}", trim(_decoded(path)), vad_model)
+        _label(f"phenomena/{path.stem}", trim(_resampled(path)), vad_model)
         for path in sorted((natural_dir / "phenomena").glob("*.flac"))
     ]
-
-
-def _decoded(path: Path) -> np.ndarray:
-    """A compressed recording (FLAC), read as the file forms read one (FFmpeg through
-    PyAV), at 16 kHz float32."""
-    audio = read_audio_file(path)
-    assert audio.channels == 1, path
-    samples = audio.pcm16.astype(np.float32) / 32768
-    return soxr.resample(samples, audio.sample_rate, SAMPLE_RATE).astype(np.float32)
 
 
 def _pieces(name: str, audio: np.ndarray, vad_model: object, ends: bool = True) -> list[Turn]:
@@ -203,11 +193,12 @@ def _call_turns(natural_dir: Path) -> list[tuple[str, np.ndarray]]:
 
 
 def _resampled(path: Path) -> np.ndarray:
-    with wave.open(str(path), "rb") as wav:
-        assert wav.getnchannels() == 1 and wav.getsampwidth() == 2, path
-        rate, pcm = wav.getframerate(), wav.readframes(wav.getnframes())
-    audio = np.frombuffer(pcm, np.int16).astype(np.float32) / 32768
-    return soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
+    """A mono recording (WAV at its own rate, FLAC), read as the file forms read one
+    (asr/audio_file.py), at 16 kHz float32."""
+    audio = read_audio_file(path)
+    assert audio.channels == 1, path
+    samples = audio.pcm16.astype(np.float32) / 32768
+    return soxr.resample(samples, audio.sample_rate, SAMPLE_RATE).astype(np.float32)
 
 
 def _split_turns(name: str, audio: np.ndarray, vad_model: object) -> list[tuple[str, np.ndarray]]:
