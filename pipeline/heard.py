@@ -11,7 +11,7 @@ generated, as the assistant's part of the exchange (`ControlOp.HEARD`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 CUT_MARK = "…"  # ends a reply the user did not hear to its end
@@ -73,6 +73,9 @@ class Playbacks:
 
     def __contains__(self, turn_id: int) -> bool:
         return turn_id in self._by_turn
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_turn)
 
     def __getitem__(self, turn_id: int) -> Playback:
         return self._by_turn[turn_id]

@@ -190,8 +190,9 @@ class Pipeline:
             session.on_transcript = on_transcript
         return session
 
-    def _barge_in(self, session: Session, turn_id: int) -> None:
-        self.new_turn(session.session_id, turn_id, speech=True)
+    def _barge_in(self, session: Session, turn_id: int, speech: bool = True) -> None:
+        """Cut the replies older than `turn_id` (new_turn) and tell the sink to stop them."""
+        self.new_turn(session.session_id, turn_id, speech=speech)
         session.sink.on_text(turn_id, "response.audio.clear", "")
 
     def greet(
@@ -288,9 +289,7 @@ class Pipeline:
             # leave the ASR together, so a cut decided on that speech start could reach the
             # LLM after the typed turn's prompt was built on the whole unheard reply.
             # NEW_TURN and HEARD are on the LLM's control ring before the ASR reads the text.
-            floor = session.last_reply_turn() + 1
-            self.new_turn(session_id, floor)
-            session.sink.on_text(floor, "response.audio.clear", "")
+            self._barge_in(session, session.last_reply_turn() + 1, speech=False)
         self._to_asr(session_id, ControlOp.TEXT_TURN, 0, text)
 
     def end_input(self, session_id: int) -> None:

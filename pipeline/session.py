@@ -241,7 +241,7 @@ class Session:
     def last_reply_turn(self) -> int:
         """The latest turn with a reply coming or still playing (-1: none)."""
         coming = [t for t, trace in self.turns.items() if _answers(trace)]
-        playing = [*self._playing, *self.playbacks.turns_before(1 << 62)]
+        playing = [*self._playing, *self.playbacks]
         return max([*coming, *playing], default=-1)
 
     def _on_audio(self, record: Record) -> None:

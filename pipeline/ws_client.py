@@ -49,8 +49,6 @@ _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
 class ClientSession:
     """One connection: its pipeline session, outgoing queue and control messages."""
 
-    outbox: Outbox
-
     def __init__(
         self,
         connection: ServerConnection,
@@ -167,8 +165,8 @@ class ClientSession:
         return pcm16
 
     def _send_audio(self, turn_id: int, pcm16: bytes) -> None:
-        if pcm16 and self.outbox.has_room(len(pcm16)):
-            self.outbox.push_audio(turn_id, self.encode_audio(turn_id, pcm16), len(pcm16))
+        if pcm16:
+            self.outbox.push_audio(turn_id, pcm16, self.encode_audio)
 
     def _sent_samples(self, turn_id: int) -> int:
         """Reply audio of `turn_id` that left for the client, at the rate the sink got it:

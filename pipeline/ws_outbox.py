@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from websockets.asyncio.server import ServerConnection
@@ -62,26 +63,24 @@ class Outbox:
         if len(self._queue) > MAX_QUEUED_EVENTS:
             self.abort(CLOSE_POLICY, "client does not read its messages")
 
-    def has_room(self, audio_bytes: int) -> bool:
-        """Whether `audio_bytes` more of reply audio fit the budget; if not, they are
-        counted as dropped, and the client is watched for a stall."""
-        if self._queued_audio_bytes + audio_bytes <= self._max_audio_bytes:
-            return True
-        # Never wait for a slow client here: drop, count, and close it if it stays slow
-        # (a timer: the reply may end, and nothing else arrive, while it stays stuck).
-        self.dropped_audio_bytes += audio_bytes
-        self._overflowed = True
-        if self._stall_check is None:
-            self._stall_check = self._loop.call_later(
-                self.config.stalled_client_s, self._check_stalled
-            )
-        return False
-
-    def push_audio(self, turn: int, message: str | bytes, audio_bytes: int) -> None:
-        """A message carrying `audio_bytes` of reply audio (PCM16 at the output rate),
-        which `has_room` has admitted."""
-        self._queued_audio_bytes += audio_bytes
-        self._push(turn, message, audio_bytes)
+    def push_audio(
+        self, turn: int, pcm16: bytes, encode: Callable[[int, bytes], str | bytes]
+    ) -> None:
+        """Reply audio (PCM16 at the output rate), as the message `encode` makes of it,
+        if it fits the budget; else it is dropped and counted, and the client watched
+        for a stall."""
+        if self._queued_audio_bytes + len(pcm16) > self._max_audio_bytes:
+            # Never wait for a slow client here: drop, count, and close it if it stays slow
+            # (a timer: the reply may end, and nothing else arrive, while it stays stuck).
+            self.dropped_audio_bytes += len(pcm16)
+            self._overflowed = True
+            if self._stall_check is None:
+                self._stall_check = self._loop.call_later(
+                    self.config.stalled_client_s, self._check_stalled
+                )
+            return
+        self._queued_audio_bytes += len(pcm16)
+        self._push(turn, encode(turn, pcm16), len(pcm16))
 
     def sent_audio_bytes(self, turn: int) -> int:
         """Reply audio of `turn` that left for the client (PCM16 bytes, output rate)."""
