@@ -130,8 +130,16 @@ def phenomena_turns(natural_dir: Path, vad_model: object) -> list[Turn]:
     Ha ha ha, forced!"), each its own session: pauses at fillers, breaths, laughter and
     cut-off words are mid-turn, and the recording's end, where he stops, is the true end."""
     return [
-        _label(f"phenomena/{path.stem}", trim(_resampled(path)), vad_model)
-        for path in sorted((natural_dir / "phenomena").glob("*.flac"))
+        _label(f"phenomena/{name}", trim(audio), vad_model)
+        for name, audio in phenomena_recordings(natural_dir)
+    ]
+
+
+def phenomena_recordings(natural_dir: Path) -> list[tuple[str, np.ndarray]]:
+    """The phenomena set's recordings whole, their own silence before and after the
+    speech included, by name."""
+    return [
+        (path.stem, _resampled(path)) for path in sorted((natural_dir / "phenomena").glob("*.flac"))
     ]
 
 
