@@ -87,6 +87,9 @@ class ControlOp(IntEnum):
     # as GREET's. The ASR numbers it as the next turn and sends the LLM a GREET for it;
     # while the user is speaking it is dropped (their turn is answered)
     AGENT_TURN = 13
+    # LLM only: turn_id's words were a backchannel said over a reply ("mm-hmm"): no reply
+    # to it, and it stays out of the history
+    DISMISS = 14
 
 
 class Stamp(IntEnum):

@@ -64,6 +64,16 @@ class Dialogue:
         for old in sorted(self._by_turn)[:-4]:
             del self._by_turn[old]
 
+    def forget(self, turn_id: int) -> bool:
+        """Turn `turn_id`'s exchange leaves the history (its words were a backchannel);
+        False where the history holds none for it."""
+        old = self._by_turn.pop(turn_id, None)
+        index = next((i for i, e in enumerate(self.exchanges) if e is old), None)
+        if index is None:
+            return False
+        del self.exchanges[index]
+        return True
+
     def heard(self, turn_id: int, heard: str, user: str | None, continued: bool = False) -> None:
         """Turn `turn_id`'s reply was cut: the history keeps what the user heard of it.
         `user`: the turn's transcript when its reply was aborted before it finished.

@@ -67,14 +67,12 @@ class ReplyOut:
         else:
             self.events.commit(reply.session_id, reply.turn_id, reply.origin_ns)
 
-    def retract(self, reply: Reply) -> None:
+    def retract(self, session_id: int, turn_id: int) -> None:
+        """RESUME: the TTS drops what is left of the turn's reply, the sink what it holds."""
         # The retraction's moment rides as the origin stamp: the session tells this
         # attempt's stamps from the next one's by it (pipeline/commit_gate.py).
         self.out.send(
-            RecordKind.RESUME,
-            session_id=reply.session_id,
-            turn_id=reply.turn_id,
-            origin_ns=time.perf_counter_ns(),
+            RecordKind.RESUME, session_id=session_id, turn_id=turn_id, origin_ns=time.perf_counter_ns()
         )
 
     def _send(self, kind: RecordKind, reply: Reply, *parts: bytes) -> None:

@@ -72,6 +72,9 @@ class LLMHandler(TableHandler):
         self.pending_end: set[int] = set()  # sessions whose END_OF_INPUT waits for replies
         self.retracted_turn: dict[int, int] = {}  # by session: its latest turn with a RESUME
         self.cut: dict[tuple[int, int], str] = {}  # (session, turn) aborted -> transcript
+        # By session: turns dismissed as backchannels before their FINAL came (DISMISS
+        # rides the control ring, which is read first)
+        self.dismissed: dict[int, set[int]] = {}
         self._request_ids = itertools.count(1)
         self.prompts = OpenPrompts(
             self.backend, self.config, lambda: next(self._request_ids), lambda: len(self.replies)
@@ -91,6 +94,7 @@ class LLMHandler(TableHandler):
             ControlOp.HEARD: self._on_heard,
             ControlOp.GREET: self._on_greet,
             ControlOp.NEW_TURN: self._on_new_turn,
+            ControlOp.DISMISS: self._on_dismiss,
             ControlOp.SESSION_CLOSE: self._on_session_close,
         }
 
@@ -132,6 +136,8 @@ class LLMHandler(TableHandler):
 
     def _on_speculative_end(self, record: Record) -> None:
         text = record.text().strip()
+        if record.turn_id in self.dismissed.get(record.session_id, ()):
+            return
         if text and self._turn_reply(record.session_id, record.turn_id) is None:
             self._start_reply(record, text, committed=False)
 
@@ -146,7 +152,7 @@ class LLMHandler(TableHandler):
             self.backend.abort(request_id)
         del self.replies[request_id]
         self.retracted_turn[reply.session_id] = reply.turn_id
-        self.reply_out.retract(reply)
+        self.reply_out.retract(reply.session_id, reply.turn_id)
 
     def _commit(self, request_id: int, reply: Reply) -> None:
         reply.committed = True
@@ -159,6 +165,10 @@ class LLMHandler(TableHandler):
 
     def _on_final(self, record: Record) -> None:
         text = record.payload[FINAL_INFO.size :].decode("utf-8", errors="replace").strip()
+        dismissed = self.dismissed.get(record.session_id, set())
+        if record.turn_id in dismissed:
+            dismissed.discard(record.turn_id)
+            text = ""  # a backchannel: answered by nothing, as a turn without words
         found = self._turn_reply(record.session_id, record.turn_id)
         if found is not None:
             if found[1].user_text == text:
@@ -274,6 +284,24 @@ class LLMHandler(TableHandler):
         self._release_end(record.session_id)
         self.prompts.drop_before(record.session_id, record.turn_id)
 
+    def _on_dismiss(self, record: Record, _argument: int) -> None:
+        """The turn's words were a backchannel said over a reply ("mm-hmm"): the reply to
+        it is dropped wherever it has got to, and the exchange leaves the history."""
+        session_id, turn_id = record.session_id, record.turn_id
+        found = self._turn_reply(session_id, turn_id)
+        if found is not None:
+            request_id, reply = found
+            if not reply.finish_reason:
+                self.backend.abort(request_id)
+            del self.replies[request_id]
+            if not reply.committed:  # speculative: its FINAL is still to come
+                self.dismissed.setdefault(session_id, set()).add(turn_id)
+        elif not self._dialogue(session_id).forget(turn_id):  # no FINAL yet
+            self.dismissed.setdefault(session_id, set()).add(turn_id)
+        self.reply_out.retract(session_id, turn_id)  # the TTS drops what it holds of it
+        self._release_end(session_id)
+        self._ahead(session_id)
+
     def _on_session_close(self, record: Record, _argument: int) -> None:
         session_id = record.session_id
         for request_id, _reply in self._session_replies(session_id, 1 << 32):
@@ -282,6 +310,7 @@ class LLMHandler(TableHandler):
         self.prompts.drop(session_id)
         self.dialogues.pop(session_id, None)
         self.retracted_turn.pop(session_id, None)
+        self.dismissed.pop(session_id, None)
         self.pending_end.discard(session_id)  # the stages drop its records
         for key in [k for k in self.cut if k[0] == session_id]:
             del self.cut[key]

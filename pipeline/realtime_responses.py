@@ -104,6 +104,7 @@ class RealtimeOutput(ClientSession):
             "speech.started": self._speech_started,
             "transcript.partial": self._partial,
             "transcript.final": self._final,
+            "transcript.backchannel": self._backchannel,
             "response.text.delta": self._reply_delta,
             "response.text": self._reply_text,
             "response.audio.clear": self._barged_in,
@@ -207,7 +208,11 @@ class RealtimeOutput(ClientSession):
             delta=settled[len(sent) :],
         )
 
-    def _final(self, turn_id: int, text: str) -> None:
+    def _backchannel(self, turn_id: int, text: str) -> None:
+        # "Mm-hmm" over a reply (pipeline/barge_in.py): the user's item, and no response.
+        self._final(turn_id, text, respond=False)
+
+    def _final(self, turn_id: int, text: str, respond: bool = True) -> None:
         self.last_final_turn = max(self.last_final_turn, turn_id)
         if turn_id in self._typed_turns:  # no audio, no transcription: just the answer
             self._typed_turns.discard(turn_id)
@@ -234,7 +239,7 @@ class RealtimeOutput(ClientSession):
             transcript=text,
             usage={"type": "duration", "seconds": 0},
         )
-        if text.strip():
+        if respond and text.strip():
             self._reply(turn_id)
 
     def _announce_user_item(self, item: str) -> None:

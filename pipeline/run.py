@@ -186,8 +186,21 @@ class Pipeline:
                 if session.replying(before_turn=turn_id) and rule.heard(turn_id, text, final):
                     self._barge_in(session, turn_id)
 
+            def dismisses(session: Session, turn_id: int, text: str) -> bool:
+                # A backchannel over the reply ("mm-hmm"): the LLM drops its turn.
+                if not (session.replying(before_turn=turn_id) and rule.dismisses(turn_id, text)):
+                    return False
+                self.supervisor.control(
+                    ControlOp.DISMISS,
+                    session_id=session.session_id,
+                    turn_id=turn_id,
+                    stages=("llm",),
+                )
+                return True
+
             session.on_speech_start = on_speech_start
             session.on_transcript = on_transcript
+            session.dismisses = dismisses
         return session
 
     def _barge_in(self, session: Session, turn_id: int, speech: bool = True) -> None:

@@ -81,6 +81,9 @@ class Session:
         self.on_speech_start: Callable[[Session, int], None] | None = None
         # Called with (session, turn, text, final) for every partial and final transcript.
         self.on_transcript: Callable[[Session, int, str, bool], None] | None = None
+        # Called with (session, turn, final text) first: True dismisses the turn, a
+        # backchannel over a reply (it gets no reply, and cuts none).
+        self.dismisses: Callable[[Session, int, str], bool] | None = None
         self.input_sent = False  # the user's audio or typed text has gone to the ASR
         self.opened_ns = time.perf_counter_ns()
         self.user_active_ns = 0  # when the user was last heard (speech, partial, final)
@@ -333,9 +336,22 @@ class Session:
 
     def _on_transcript(self, stamp: StampRecord) -> None:
         self.user_active_ns = time.perf_counter_ns()
+        if self.dismisses is not None and self.dismisses(self, stamp.turn_id, stamp.text):
+            self.sink.on_text(stamp.turn_id, "transcript.backchannel", stamp.text)
+            self._dismiss(stamp.turn_id)
+            return
         self.sink.on_text(stamp.turn_id, "transcript.final", stamp.text)
         if self.on_transcript is not None:
             self.on_transcript(self, stamp.turn_id, stamp.text, True)
+
+    def _dismiss(self, turn_id: int) -> None:
+        """The turn's row now, marked a backchannel; whatever the stages made of it (a
+        reply begun before the LLM heard of the dismissal) is dropped as it comes."""
+        trace = self.trace(turn_id)
+        del self.turns[turn_id]
+        trace.backchannel = True
+        self.playbacks.drop(turn_id)
+        self._finish(trace)
 
     def _on_reply_text(self, stamp: StampRecord) -> None:
         # A reply that ended while speculative (the learned end of turn waited longer

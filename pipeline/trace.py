@@ -94,6 +94,9 @@ class TurnTrace:
     # The cut came from the user going on within continue_turn_ms of this turn's end: the
     # LLM answers this turn's words and the next turn's as one user turn.
     continued: bool = False
+    # a listener's "mm-hmm" or "yeah" over a reply (pipeline/barge_in.py): it cut nothing
+    # and got no reply
+    backchannel: bool = False
     # the agent's own turn, with no user words: the greeting, or Pipeline.say later
     opening: bool = False
     speculative_retracts: int = 0  # speculative replies dropped (the user spoke on)
@@ -155,6 +158,7 @@ class TurnTrace:
         row["barge_in_ns"] = self.barge_in_ns or None
         row["heard_text"] = self.heard_text or None
         row["continued"] = self.continued
+        row["backchannel"] = self.backchannel
         row["opening"] = self.opening
         row["speculative_retracts"] = self.speculative_retracts
         row["end_holds"] = self.end_holds

@@ -41,6 +41,7 @@ _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
     "speech.held": ("speech.held", None),
     "transcript.partial": ("transcript.partial", "text"),
     "transcript.final": ("transcript.final", "text"),
+    "transcript.backchannel": ("transcript.backchannel", "text"),
     "response.text.delta": ("response.text.delta", "delta"),
     "response.text": ("response.text.done", "text"),
 }
@@ -103,7 +104,7 @@ class ClientSession:
         event_type, text_field = _TEXT_EVENTS.get(kind, (kind, "text"))
         if kind == "speech.started":
             self.speech_bytes = 0
-        elif kind == "transcript.final":
+        elif kind in ("transcript.final", "transcript.backchannel"):
             self.speech_bytes = None
             self.last_final_turn = max(self.last_final_turn, turn_id)
         fields: dict[str, Any] = {"turn": turn_id}
@@ -120,7 +121,8 @@ class ClientSession:
     def on_turn_done(self, trace: TurnTrace) -> None:
         # The row comes once the reply has played; `response.done` went with its audio,
         # unless the turn failed or was cut before its audio was complete.
-        if trace.turn_id not in self._audio_done:
+        # A backchannel's turn got no response (pipeline/barge_in.py): its row says so.
+        if trace.turn_id not in self._audio_done and not trace.backchannel:
             self._end_audio(trace.turn_id, "failed" if trace.error else "completed")
         self._audio_done.discard(trace.turn_id)
         self.send_event("trace", **trace.to_dict())
@@ -144,6 +146,9 @@ class ClientSession:
             sample_rate=self.input_rate,
             output_sample_rate=self.output_rate,
             max_message_bytes=self.config.max_message_bytes,
+            # > 0: speech over a reply cuts it only once it holds that many words besides
+            # a backchannel's, and a backchannel is dismissed (pipeline/barge_in.py)
+            barge_in_min_words=self.pipeline.supervisor.config.barge_in_min_words,
         )
 
     # Outgoing queue.

@@ -9,7 +9,7 @@ import jiwer
 import pytest
 
 from voxrelay.pipeline.audio_io import Clip, read_clip
-from voxrelay.pipeline.barge_in import count_words
+from voxrelay.pipeline.barge_in import interrupting_words
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.heard import CUT_MARK
 from voxrelay.pipeline.run import Pipeline
@@ -182,11 +182,11 @@ def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
     clears = [i for i, (_, kind, _) in enumerate(texts) if kind == "response.audio.clear"]
     assert len(clears) == 1 and clears[0] >= short_done, texts
     short_turn = min(t for t in finals if t > 0)
-    assert count_words(finals[short_turn]) < 3  # spoken over the reply, did not cut it
+    assert interrupting_words(finals[short_turn]) < 3  # spoken over the reply, did not cut it
     cut_turn = texts[clears[0]][0]
     assert cut_turn > short_turn
     before = [text for turn, kind, text in texts[: clears[0]] if turn == cut_turn]
-    assert any(count_words(text) >= 3 for text in before), before
+    assert any(interrupting_words(text) >= 3 for text in before), before
 
 
 def test_a_user_who_goes_on_after_a_cut_is_answered_as_one_turn(natural_dir, tmp_path, monkeypatch):
@@ -215,3 +215,68 @@ def test_a_user_who_goes_on_after_a_cut_is_answered_as_one_turn(natural_dir, tmp
     assert "fellow americans" in user and "your country" in user, user
     assert len(user) > len(last["transcript"]), (user, last["transcript"])
     assert _histories(tmp_path / "llm.log")[last["turn"]] == [], "a cut reply stayed"
+
+
+def _spoken(text: str) -> Clip:
+    """`text` in the joe voice at 16 kHz (Piper's noise off: the same audio every run)."""
+    import numpy as np
+    import soxr
+    from piper import PiperVoice, SynthesisConfig
+
+    from voxrelay.pipeline.models import asset_path
+
+    voice = PiperVoice.load(str(asset_path("joe") / "voice.onnx"))
+    noiseless = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    chunks = list(voice.synthesize(text, syn_config=noiseless))
+    audio = np.concatenate([chunk.audio_float_array for chunk in chunks])
+    audio = soxr.resample(audio, chunks[0].sample_rate, 16_000)
+    return Clip((np.clip(audio, -1, 1) * 32767).astype(np.int16), 16_000, 1)
+
+
+def test_a_backchannel_over_a_reply_neither_cuts_it_nor_gets_a_reply(
+    clips_dir, tmp_path, monkeypatch
+):
+    """barge_in_min_words=1: "Okay." said over the reply is a backchannel. The reply plays
+    on whole, the turn gets no reply of its own and its row says so, and the next turn's
+    history holds the first exchange without it. With the words' count alone it would
+    have been a turn of its own, answered after the reply."""
+    monkeypatch.setenv("VOXRELAY_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("VOXRELAY_LOG_LEVEL", "DEBUG")  # the LLM logs each request's history
+    first = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
+    okay = _spoken("Okay.").with_silence(0.8)
+    last = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
+
+    async def scenario():
+        # 300 ms of silence ends each turn, as in the min_words test above; half tempo
+        # keeps the first reply playing while "Okay." is heard, however slow the host.
+        asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
+        config = PipelineConfig(barge_in_min_words=1, asr=asr, tts={"speed": 0.5})
+        async with Pipeline(config) as pipeline:
+            sink = TimedSink()
+            session = pipeline.open_session(sink, "test")
+            await pipeline.feed(session.session_id, first, realtime=True)
+            await asyncio.wait_for(sink.first_audio.wait(), 30)  # the reply is playing
+            await pipeline.feed(session.session_id, okay, realtime=True)
+            # The reply has played out: the last sentence is a turn of its own.
+            while session.replying():
+                await asyncio.sleep(0.05)
+            await pipeline.feed(session.session_id, last, realtime=True)
+            await asyncio.wait_for(_last_turn_done(sink), 60)
+            return sink, list(session.finished)
+
+    sink, finished = asyncio.run(scenario())
+    texts = [(turn, kind, text) for turn, _, kind, text in sink.texts]
+    print("\n".join(map(str, texts)))
+    assert not [t for t in texts if t[1] == "response.audio.clear"], "a reply was cut"
+    dismissed = [(turn, text) for turn, kind, text in texts if kind == "transcript.backchannel"]
+    assert len(dismissed) == 1 and "okay" in dismissed[0][1].lower(), texts
+    turn = dismissed[0][0]
+    rows = {t.turn_id: t for t in finished}
+    assert rows[turn].backchannel and not rows[turn].first_audio_out_ns
+    assert not [t for t, _, _ in sink.audio if t == turn], "the backchannel got a reply"
+    assert not [t for t, kind, _ in texts if t == turn and kind.startswith("response.")]
+    replied = [t for t in rows.values() if t.first_audio_out_ns]
+    assert len(replied) == 2 and not any(t.barge_in_ns for t in replied)
+    assert replied[0].turn_id < turn < replied[1].turn_id
+    history = _histories(tmp_path / "llm.log")[replied[1].turn_id]
+    assert [m["content"] for m in history] == [replied[0].transcript, replied[0].reply_text]
