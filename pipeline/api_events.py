@@ -105,5 +105,7 @@ TEXT_EVENTS: dict[str, Callable[[int, str], Event]] = {
     "speech.started": lambda turn, text: SpeechStarted(turn),
     "transcript.partial": lambda turn, text: Transcript(turn, text, final=False),
     "transcript.final": lambda turn, text: Transcript(turn, text, final=True),
+    # a backchannel over a reply ("Mm-hmm."): final, and its TurnDone has no reply
+    "transcript.backchannel": lambda turn, text: Transcript(turn, text, final=True),
     "response.text.delta": ReplyDelta,
 }

@@ -139,13 +139,25 @@ class MicSession:
     def on_text(self, turn_id: int, kind: str, text: str) -> None:
         if kind == "transcript.final":
             self._last_final_turn = max(self._last_final_turn, turn_id)
-        elif kind == "speech.started" and self.config.full_duplex and self.speaker.busy(0):
+        elif kind == "response.audio.clear":  # the pipeline's rule cut the reply
+            self._stop_replies(turn_id)
+        elif (
+            kind == "speech.started"
+            and self.config.full_duplex
+            and self.speaker.busy(0)
+            # With words to wait for, the pipeline decides (a "mm-hmm" cuts nothing).
+            and not self.pipeline.supervisor.config.barge_in_min_words
+        ):
             self.barge_in()
 
     def barge_in(self) -> None:
         # Replies exist only for finalized turns: stop those, keep the one being spoken.
         floor = self._last_final_turn + 1
         self.pipeline.new_turn(self.session_id, floor, speech=True)
+        self._stop_replies(floor)
+
+    def _stop_replies(self, floor: int) -> None:
+        """The speaker stops; the replies of turns before `floor` are dropped."""
         self.speaker.clear()
         for turn in [t for t in self._resamplers if t < floor]:
             del self._resamplers[turn]
@@ -162,7 +174,9 @@ class MicSession:
         self.on_audio_end(trace.turn_id)  # a failed or cut turn: whatever is left
         row = trace.to_dict()
         print(f"you: {row['transcript']}", flush=True)
-        if not row["error"]:
+        if row["backchannel"]:
+            print("voxrelay: (a backchannel over the reply: it plays on)", flush=True)
+        elif not row["error"]:
             print(f"voxrelay: {row['reply_text']}", flush=True)
         print(f"trace: turn {row['turn']}  {format_trace(row)}", flush=True)
 

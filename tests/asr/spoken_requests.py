@@ -51,17 +51,28 @@ REQUESTS = (
 
 def request_turns(vad_model: object) -> list[Turn]:
     """Every request spoken once by the `joe` voice, at 16 kHz, labelled."""
-    from piper import PiperVoice, SynthesisConfig
+    from piper import PiperVoice
 
     from voxrelay.pipeline.models import asset_path
 
     voice = PiperVoice.load(str(asset_path("joe") / "voice.onnx"))
+    return [
+        _label(f"request/{index:02d}", trim(speak(text, voice)), vad_model)
+        for index, text in enumerate(REQUESTS)
+    ]
+
+
+def speak(text: str, voice: object | None = None) -> np.ndarray:
+    """`text` in the `joe` voice (loaded here unless given), 16 kHz float32, Piper's noise
+    off: the same audio on every run."""
+    from piper import PiperVoice, SynthesisConfig
+
+    from voxrelay.pipeline.models import asset_path
+
+    if voice is None:
+        voice = PiperVoice.load(str(asset_path("joe") / "voice.onnx"))
+    assert isinstance(voice, PiperVoice)
     noiseless = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
-    turns = []
-    for index, text in enumerate(REQUESTS):
-        chunks = list(voice.synthesize(text, syn_config=noiseless))
-        audio = np.concatenate([chunk.audio_float_array for chunk in chunks])
-        rate = chunks[0].sample_rate
-        audio = soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
-        turns.append(_label(f"request/{index:02d}", trim(audio), vad_model))
-    return turns
+    chunks = list(voice.synthesize(text, syn_config=noiseless))
+    audio = np.concatenate([chunk.audio_float_array for chunk in chunks])
+    return soxr.resample(audio, chunks[0].sample_rate, SAMPLE_RATE).astype(np.float32)

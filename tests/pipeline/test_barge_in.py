@@ -217,20 +217,13 @@ def test_a_user_who_goes_on_after_a_cut_is_answered_as_one_turn(natural_dir, tmp
     assert _histories(tmp_path / "llm.log")[last["turn"]] == [], "a cut reply stayed"
 
 
-def _spoken(text: str) -> Clip:
+def spoken(text: str) -> Clip:
     """`text` in the joe voice at 16 kHz (Piper's noise off: the same audio every run)."""
     import numpy as np
-    import soxr
-    from piper import PiperVoice, SynthesisConfig
 
-    from voxrelay.pipeline.models import asset_path
+    from tests.asr.spoken_requests import speak
 
-    voice = PiperVoice.load(str(asset_path("joe") / "voice.onnx"))
-    noiseless = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
-    chunks = list(voice.synthesize(text, syn_config=noiseless))
-    audio = np.concatenate([chunk.audio_float_array for chunk in chunks])
-    audio = soxr.resample(audio, chunks[0].sample_rate, 16_000)
-    return Clip((np.clip(audio, -1, 1) * 32767).astype(np.int16), 16_000, 1)
+    return Clip((np.clip(speak(text), -1, 1) * 32767).astype(np.int16), 16_000, 1)
 
 
 def test_a_backchannel_over_a_reply_neither_cuts_it_nor_gets_a_reply(
@@ -243,7 +236,7 @@ def test_a_backchannel_over_a_reply_neither_cuts_it_nor_gets_a_reply(
     monkeypatch.setenv("VOXRELAY_LOG_DIR", str(tmp_path))
     monkeypatch.setenv("VOXRELAY_LOG_LEVEL", "DEBUG")  # the LLM logs each request's history
     first = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
-    okay = _spoken("Okay.").with_silence(0.8)
+    okay = spoken("Okay.").with_silence(0.8)
     last = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
 
     async def scenario():

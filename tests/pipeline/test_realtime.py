@@ -474,3 +474,51 @@ def test_turn_detection_maps_to_the_asr_turn_taking():
     assert turn_taking(TurnDetection("semantic_vad", "high")) == ("high", None)
     assert turn_taking(TurnDetection("server_vad", silence_duration_ms=700)) == ("medium", 700)
     assert turn_taking(TurnDetection("server_vad")) == ("medium", None)
+
+
+@pytest.mark.slow
+def test_a_backchannel_over_a_response_gets_no_response_of_its_own(clips_dir, tmp_path):
+    """`voxrelay serve --barge-in-min-words 1`: "Okay." said over a response is the
+    user's item and its transcription, then nothing: the response under way completes
+    (not cancelled) and no second one is created."""
+    from tests.pipeline.serve_process import ServeProcess
+    from tests.pipeline.test_barge_in import spoken
+
+    question = read_clip(clips_dir / "librivox/0880.wav")
+    server = ServeProcess(tmp_path, "--barge-in-min-words", "1")
+
+    async def scenario():
+        async with _client(server.port).realtime.connect(model="voxrelay") as connection:
+            await _events(connection, "session.created")
+            # Half tempo and long answers: the response still plays while "Okay." is
+            # heard and decided.
+            session = {
+                "type": "realtime",
+                "instructions": "You are a storyteller. Answer with a long story.",
+                "audio": {"output": {"speed": 0.5}},
+            }
+            await connection.session.update(session=session)
+            events = await _events(connection, "session.updated")
+            sender = asyncio.create_task(
+                _append_paced(connection, _pcm_at(question, 24_000, 3.0), 24_000)
+            )
+            events += await _events(connection, "response.output_audio.delta")
+            sender.cancel()  # the turn has ended: the rest of its silence is not needed
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            await _append_paced(connection, _pcm_at(spoken("Okay."), 24_000, 1.0), 24_000)
+            events += await _events(connection, "response.done")
+            return events + await _events_for(connection, 3.0)
+
+    try:
+        events = asyncio.run(scenario())
+    finally:
+        assert server.stop() == 0, server.log_tail()
+    types = [e["type"] for e in events]
+    assert "error" not in types, events
+    assert types.count("response.created") == 1 and types.count("response.done") == 1, types
+    assert _of(events, "response.done")[0]["response"]["status"] == "completed"
+    transcripts = _of(events, "conversation.item.input_audio_transcription.completed")
+    assert len(transcripts) == 2 and "okay" in _normalise(transcripts[1]["transcript"]), types
+    # The backchannel's item came while the response played: it did not end or cut it.
+    assert types.index("response.done") > events.index(transcripts[1])
