@@ -29,9 +29,9 @@ from voxrelay.ipc.records import (
     Stamp,
 )
 from voxrelay.pipeline.audio_io import Clip
-from voxrelay.pipeline.barge_in import BargeInRule
 from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, agent_words, check_user_text
 from voxrelay.pipeline.idle import IdlePrompter
+from voxrelay.pipeline.interrupts import Interrupts
 from voxrelay.pipeline.otel import exporter_from_env
 from voxrelay.pipeline.router import SessionRouter
 from voxrelay.pipeline.session import Session, Sink
@@ -103,6 +103,7 @@ class Pipeline:
         self.asr_settings = dict(config.asr)
         self.supervisor.on_restart = self._on_restart
         self._idle = IdlePrompter(config, self._speak_up)
+        self.interrupts = Interrupts(self.supervisor, self.router)
 
     def _on_restart(self, stage: str, why: str) -> None:
         # Work in flight died with the stage: fail those turns and tell every session that
@@ -174,39 +175,8 @@ class Pipeline:
         if self.supervisor.config.greeting:
             self.greet(session.session_id, self.supervisor.config.greeting)
         if self.supervisor.config.barge_in:
-            # The user speaks while an older turn's reply is pending or playing: cut it
-            # once the rule says the speech counts (pipeline/barge_in.py).
-            rule = BargeInRule(self.supervisor.config.barge_in_min_words)
-
-            def on_speech_start(session: Session, turn_id: int) -> None:
-                if session.replying(before_turn=turn_id) and rule.speech_started(turn_id):
-                    self._barge_in(session, turn_id)
-
-            def on_transcript(session: Session, turn_id: int, text: str, final: bool) -> None:
-                if session.replying(before_turn=turn_id) and rule.heard(turn_id, text, final):
-                    self._barge_in(session, turn_id)
-
-            def dismisses(session: Session, turn_id: int, text: str) -> bool:
-                # A backchannel over the reply ("mm-hmm"): the LLM drops its turn.
-                if not (session.replying(before_turn=turn_id) and rule.dismisses(turn_id, text)):
-                    return False
-                self.supervisor.control(
-                    ControlOp.DISMISS,
-                    session_id=session.session_id,
-                    turn_id=turn_id,
-                    stages=("llm",),
-                )
-                return True
-
-            session.on_speech_start = on_speech_start
-            session.on_transcript = on_transcript
-            session.dismisses = dismisses
+            self.interrupts.watch(session)
         return session
-
-    def _barge_in(self, session: Session, turn_id: int, speech: bool = True) -> None:
-        """Cut the replies older than `turn_id` (new_turn) and tell the sink to stop them."""
-        self.new_turn(session.session_id, turn_id, speech=speech)
-        session.sink.on_text(turn_id, "response.audio.clear", "")
 
     def greet(
         self, session_id: int, text: str | None = None, instructions: str | None = None
@@ -302,7 +272,7 @@ class Pipeline:
             # leave the ASR together, so a cut decided on that speech start could reach the
             # LLM after the typed turn's prompt was built on the whole unheard reply.
             # NEW_TURN and HEARD are on the LLM's control ring before the ASR reads the text.
-            self._barge_in(session, session.last_reply_turn() + 1, speech=False)
+            self.interrupts.barge_in(session, session.last_reply_turn() + 1, speech=False)
         self._to_asr(session_id, ControlOp.TEXT_TURN, 0, text)
 
     def end_input(self, session_id: int) -> None:
@@ -310,37 +280,9 @@ class Pipeline:
         self.supervisor.audio_in.send(RecordKind.END_OF_INPUT, session_id=session_id)
 
     def new_turn(self, session_id: int, turn_id: int, speech: bool = False) -> None:
-        """Barge-in: every stage drops the session's turns older than `turn_id`.
-        `speech`: the cut comes from the user speaking turn `turn_id`; where that speech
-        began within `continue_turn_ms` of a cut turn's end, the user went on with that
-        turn, and the LLM answers the two as one (HEARD's argument 1)."""
-        self.supervisor.control(ControlOp.NEW_TURN, session_id=session_id, turn_id=turn_id)
-        session = self.router.sessions.get(session_id)
-        if session is not None:
-            # What was heard is mapped to words by the TTS's FRAGMENT stamps, which come
-            # on its events ring and may not all have been read yet. (The cut is decided
-            # on the ASR's events: that ring is not the one drained here.)
-            self.supervisor.drain_events(("tts",))
-            now_ns = time.perf_counter_ns()
-            continued = frozenset(
-                turn for turn, _ in session.heard_before(turn_id, now_ns)
-                if speech and self._continues(session, turn, turn_id)
-            )  # fmt: skip
-            # Behind NEW_TURN on the same ring: the LLM has aborted the reply by then.
-            for cut_turn, heard in session.new_turn(turn_id, now_ns, continued):
-                self.supervisor.control(
-                    ControlOp.HEARD,
-                    int(cut_turn in continued),
-                    session_id=session_id,
-                    turn_id=cut_turn,
-                    stages=("llm",),
-                    text=heard.encode(),
-                )
-
-    def _continues(self, session: Session, cut_turn: int, turn_id: int) -> bool:
-        window = self.supervisor.config.continue_turn_ms
-        gap = session.speech_gap_ms(cut_turn, turn_id)
-        return bool(window) and gap is not None and 0 <= gap <= window
+        """Barge-in: every stage drops the session's turns older than `turn_id`
+        (`Interrupts.new_turn`)."""
+        self.interrupts.new_turn(session_id, turn_id, speech)
 
     def set_system_prompt(self, session_id: int, prompt: str) -> None:
         self.supervisor.control(
