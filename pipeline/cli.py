@@ -132,6 +132,17 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_barge_in_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--barge-in-min-words",
+        type=int,
+        metavar="N",
+        help="speech over a reply cuts it only once the ASR has heard N words, a "
+        "backchannel's ('mm-hmm', 'okay') not counted, and a backchannel alone gets no "
+        "reply (default 0: any speech cuts at once)",
+    )
+
+
 def _add_standby_flag(parser: argparse.ArgumentParser) -> None:
     # Long-running commands keep a spare process per stage: a crash costs the turn in
     # flight and ~0.3 s, not a cold start (docs/pipeline.md, Recovery).
@@ -206,12 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-turn-audio", type=float, metavar="SECONDS", help="default: 60")
     serve.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
     serve.add_argument("--transport", choices=("shm", "zmq"), help="default: shm")
-    serve.add_argument(
-        "--barge-in-min-words",
-        type=int,
-        metavar="N",
-        help="speech over a reply cuts it only once the ASR has heard N words (default 0: at once)",
-    )
+    _add_barge_in_flag(serve)
     _add_standby_flag(serve)
     add_settings_flags(serve)
     serve.set_defaults(func=_cmd_serve)
@@ -245,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the microphone open during replies (headset; speech interrupts the reply)",
     )
     mic.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+    _add_barge_in_flag(mic)
     _add_standby_flag(mic)
     add_settings_flags(mic)
     mic.set_defaults(func=_cmd_mic)
@@ -270,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         phone.add_argument("--transfer-to", metavar="URI", help="REFER target of 'transfer'")
         phone.add_argument("--trace", help="append one latency trace per utterance to this JSONL")
+        _add_barge_in_flag(phone)
         _add_standby_flag(phone)
         add_settings_flags(phone)
         phone.set_defaults(func=_cmd_sip if name == "sip" else _cmd_audiosocket)

@@ -28,6 +28,7 @@ STAGE_FLAGS: tuple[FlagSpec, ...] = (
     ("idle_prompt_s", "pipeline", "idle_prompt_s"),
 )
 STANDBY_FLAG: FlagSpec = ("warm_standby", "pipeline", "warm_standby")
+BARGE_IN_FLAG: FlagSpec = ("barge_in_min_words", "pipeline", "barge_in_min_words")
 SERVE_FLAGS: tuple[FlagSpec, ...] = (
     ("host", "server", "host"),
     ("port", "server", "port"),
@@ -38,13 +39,14 @@ SERVE_FLAGS: tuple[FlagSpec, ...] = (
     ("idle_timeout", "server", "idle_timeout_s"),
     ("max_turn_audio", "server", "max_turn_audio_s"),
     ("transport", "pipeline", "transport"),
-    ("barge_in_min_words", "pipeline", "barge_in_min_words"),
+    BARGE_IN_FLAG,
     STANDBY_FLAG,
 )
 MIC_FLAGS: tuple[FlagSpec, ...] = (
     ("input_device", "mic", "input_device"),
     ("output_device", "mic", "output_device"),
     ("full_duplex", "mic", "full_duplex"),
+    BARGE_IN_FLAG,
     STANDBY_FLAG,
 )
 LLM_SERVE_FLAGS: tuple[FlagSpec, ...] = (
@@ -114,6 +116,7 @@ def phone_specs(table: str) -> tuple[FlagSpec, ...]:
         ("allow", table, "allow"),
         ("max_calls", table, "max_calls"),
         ("transfer_to", table, "transfer_uri"),
+        BARGE_IN_FLAG,
         STANDBY_FLAG,
     )
 

@@ -93,23 +93,27 @@ def test_the_cli_flags_map_to_their_keys_and_unset_flags_do_not_override(tmp_pat
 def test_phone_and_mic_flags_set_their_tables(tmp_path):
     path = write(tmp_path, "[sip]\nmax_calls = 4\njitter_packets = 3\n")
     argv = ["sip", "--config", path, "--listen", "127.0.0.1:5070", "--dtmf", "5=hangup",
-            "--allow", "10.0.0.0/8", "--max-calls", "2"]  # fmt: skip
+            "--allow", "10.0.0.0/8", "--max-calls", "2", "--barge-in-min-words", "1"]  # fmt: skip
     args = build_parser().parse_args(argv)
     sip = settings_from_args("sip", args, phone_specs("sip"), phone_flags(args, "sip", 5060))
     sip_config = sip.build("sip")
     assert (sip_config.host, sip_config.port, sip_config.max_calls) == ("127.0.0.1", 5070, 2)
     assert sip_config.dtmf_actions == (("5", "hangup"),) and sip_config.jitter_packets == 3
     assert sip_config.allow == ("10.0.0.0/8",)
+    assert sip.pipeline_config().barge_in_min_words == 1  # a call centre's backchannels
     args = build_parser().parse_args(["audiosocket", "--listen", "127.0.0.2"])
     extra = phone_flags(args, "audiosocket", 9092)
     audiosocket = settings_from_args("audiosocket", args, phone_specs("audiosocket"), extra)
     assert audiosocket.build("audiosocket").port == 9092  # HOST alone: the command's port
     with pytest.raises(ValueError, match="--dtmf '5': use DIGIT=ACTION"):
         phone_flags(build_parser().parse_args(["sip", "--dtmf", "5"]), "sip", 5060)
-    args = build_parser().parse_args(["mic", "--full-duplex", "--input-device", "3"])
+    argv = ["mic", "--full-duplex", "--input-device", "3", "--barge-in-min-words", "2"]
+    args = build_parser().parse_args(argv)
     args.input_device = 3  # what device_arg makes of "3" in _cmd_mic
-    mic = settings_from_args("mic", args, MIC_FLAGS).build("mic")
+    mic_settings = settings_from_args("mic", args, MIC_FLAGS)
+    mic = mic_settings.build("mic")
     assert mic.full_duplex and mic.input_device == 3 and mic.output_device is None
+    assert mic_settings.pipeline_config().barge_in_min_words == 2
 
 
 def test_the_api_key_is_read_by_the_stage_from_its_environment(tmp_path, monkeypatch):
