@@ -56,7 +56,7 @@ class PipelineMetrics:
         )
         self.turns = Counter(
             "voxrelay_turns",
-            "Finished turns by outcome (completed, failed, barged_in)",
+            "Finished turns by outcome (completed, failed, barged_in, backchannel)",
             ["outcome"],
             registry=self.registry,
         )
@@ -69,7 +69,7 @@ class PipelineMetrics:
             ["transport"],
             registry=self.registry,
         )
-        for outcome in ("completed", "failed", "barged_in"):
+        for outcome in ("completed", "failed", "barged_in", "backchannel"):
             self.turns.labels(outcome)  # exported at 0 before the first turn
         self.registry.register(_LiveCounters(pipeline, client_drops))
 
@@ -77,6 +77,9 @@ class PipelineMetrics:
         if row.get("error"):
             self.turns.labels("failed").inc()
             self.errors.labels(str(row.get("transport", ""))).inc()
+            return
+        if row.get("backchannel"):  # "mm-hmm" over a reply: no reply of its own
+            self.turns.labels("backchannel").inc()
             return
         if row.get("barge_in_ns"):
             self.turns.labels("barged_in").inc()

@@ -512,8 +512,11 @@ def test_a_backchannel_over_a_response_gets_no_response_of_its_own(clips_dir, tm
 
     try:
         events = asyncio.run(scenario())
+        metrics = server.metrics()
     finally:
         assert server.stop() == 0, server.log_tail()
+    assert metrics['voxrelay_turns_total{outcome="backchannel"}'] == 1
+    assert metrics['voxrelay_turns_total{outcome="barged_in"}'] == 0
     types = [e["type"] for e in events]
     assert "error" not in types, events
     assert types.count("response.created") == 1 and types.count("response.done") == 1, types
