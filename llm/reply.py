@@ -72,7 +72,10 @@ class ReplyOut:
         # The retraction's moment rides as the origin stamp: the session tells this
         # attempt's stamps from the next one's by it (pipeline/commit_gate.py).
         self.out.send(
-            RecordKind.RESUME, session_id=session_id, turn_id=turn_id, origin_ns=time.perf_counter_ns()
+            RecordKind.RESUME,
+            session_id=session_id,
+            turn_id=turn_id,
+            origin_ns=time.perf_counter_ns(),
         )
 
     def _send(self, kind: RecordKind, reply: Reply, *parts: bytes) -> None:
