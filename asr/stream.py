@@ -12,17 +12,14 @@ while it waits. Timestamps stay right regardless, since they come from `arrival_
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from voxrelay.asr.agreement import LocalAgreement
 from voxrelay.asr.audio import AudioConverter, AudioInput
 from voxrelay.asr.budget import DecodeBudget
 from voxrelay.asr.config import ASRConfig
-from voxrelay.asr.decoder import Transcript, WhisperDecoder
 from voxrelay.asr.endpoint import Endpointer, EndpointEvent, EndpointKind, Phase
 from voxrelay.asr.events import (
     TYPED,
@@ -32,9 +29,7 @@ from voxrelay.asr.events import (
     EndScored,
     Final,
     Hold,
-    Partial,
     Resume,
-    Rollback,
     SpeculativeEnd,
     SpeechStart,
 )
@@ -43,30 +38,11 @@ from voxrelay.asr.pause_habit import PauseHabit
 from voxrelay.asr.timeline import SAMPLE_RATE, ArrivalClock, SampleBuffer
 from voxrelay.asr.turn_decision import PendingEnd, TurnDecider
 from voxrelay.asr.turn_end import Weights, unfinished
+from voxrelay.asr.utterance import WHISPER_MAX_SAMPLES, Transcriber, Utterance
 from voxrelay.asr.vad import WINDOW_SAMPLES, StreamingVAD
 
-WHISPER_MAX_SAMPLES = 30 * SAMPLE_RATE
 # Audio kept while nobody speaks: the pre-speech pad plus the VAD's onset delay.
 SILENCE_HISTORY_SAMPLES = SAMPLE_RATE
-# Partials need some words to say anything; decoding the first syllable is wasted work.
-MIN_PARTIAL_SAMPLES = SAMPLE_RATE // 2
-
-
-@dataclass(slots=True)
-class _Decoded:
-    transcript: Transcript
-    covers_until: int  # the decode saw the utterance's audio up to this sample
-
-
-@dataclass(slots=True)
-class _Utterance:
-    utterance_id: int
-    audio_start: int  # first sample handed to Whisper (speech start minus the pad)
-    model: str  # the Whisper model decoding it, chosen at its start
-    agreement: LocalAgreement = field(default_factory=LocalAgreement)
-    last: _Decoded | None = None
-    speculated: bool = False  # a SpeculativeEnd is out and not yet resolved
-    pending: PendingEnd | None = None  # a learned end of turn awaiting its text signal
 
 
 class ASRStream:
@@ -94,31 +70,18 @@ class ASRStream:
         the config's `turn_audio_model`. `habit`: what the session's speaker has shown
         of their mid-turn pauses (asr/pause_habit.py); by default this stream's own."""
         self.config = config
-        missing = [name for name in config.whisper_models if name not in models.whisper]
-        if missing:
-            raise ValueError(
-                f"ASRStream: Whisper model(s) {missing} for model={config.model!r} were not "
-                "loaded; load them with load_asr() on a config with the same model"
-            )
-        self._decoders = {
-            name: WhisperDecoder(models.whisper[name], replace(config, model=name))
-            for name in config.whisper_models
-        }
         self._shared = shared
-        self._before_decode = before_decode
-        self._budget = budget or DecodeBudget(config.partial_cpu_share)
         self._vad = StreamingVAD(models.vad)
         self._endpointer = Endpointer(config)
         self._clock = ArrivalClock()
         self._pad = config.speech_pad_ms * SAMPLE_RATE // 1000
-        self._partial_every = config.partial_interval_ms * SAMPLE_RATE // 1000
         longest = int(config.max_utterance_s * SAMPLE_RATE) + 2 * self._pad
         self._audio = SampleBuffer(longest + 4 * SAMPLE_RATE)
+        budget = budget or DecodeBudget(config.partial_cpu_share)
+        self._words = Transcriber(config, models, self._audio, budget, before_decode)
         self._converter: AudioConverter | None = None
-        self._utterance: _Utterance | None = None
+        self._utterance: Utterance | None = None
         self._next_id = 0
-        self._last_decode_at = 0
-        self._last_decode_ms = 0.0
         self._flushed = False
         wants_turn = config.learns_end and config.turn_audio_model == "smart-turn"
         if wants_turn and models.turn is None:
@@ -219,19 +182,11 @@ class ASRStream:
             utterance = self._utterance
         if (
             utterance is not None
-            and self._partial_every
             and self._endpointer.phase is Phase.SPEECH
-            and now - self._last_decode_at >= self._partial_gap()
-            and now - utterance.audio_start >= MIN_PARTIAL_SAMPLES
-            and self._budget.allows_partial()
+            and self._words.partial_due(utterance, now)
         ):
-            events += self._partial(utterance, self._decode(utterance, now))
+            events += self._words.partial(utterance, self._words.decode(utterance, now))
         return events
-
-    def _partial_gap(self) -> int:
-        # At least twice the last decode time apart: decodes then use at most half of the
-        # CPU, and the stream keeps up with real time on a slow or shared machine.
-        return max(self._partial_every, int(2 * self._last_decode_ms * SAMPLE_RATE / 1000))
 
     def _on_start(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         # After a forced cut the audio before the cut belongs to the previous utterance.
@@ -239,20 +194,20 @@ class ASRStream:
         names = self.config.whisper_models  # (alone, shared) for "auto"
         model = names[-1] if self._shared is not None and self._shared() else names[0]
         self._turn.speech_started(event.sample, event.forced)
-        utterance = _Utterance(self._new_utterance_id(), audio_start, model)
+        utterance = Utterance(self._new_utterance_id(), audio_start, model)
         self._utterance = utterance
-        self._last_decode_at = now
+        self._words.last_decode_at = now
         return [SpeechStart(utterance.utterance_id, self._clock.arrival_ns(event.sample))]
 
     def _on_pause(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         # Start the end-of-turn decode as soon as silence begins: if the silence lasts, the
         # SpeculativeEnd and the Final reuse it instead of waiting for a decode.
         utterance = self._current()
-        return self._partial(utterance, self._decode(utterance, now))
+        return self._words.partial(utterance, self._words.decode(utterance, now))
 
     def _on_speculative_end(self, event: EndpointEvent, now: int) -> list[ASREvent]:
         utterance = self._current()
-        transcript = self._transcript_through(utterance, event.sample, now)
+        transcript = self._words.through(utterance, event.sample, now)
         if not transcript.text:
             return []
         if (
@@ -267,7 +222,7 @@ class ASRStream:
         utterance.speculated = True
         speech_end_ns = self._clock.arrival_ns(event.sample)
         events = [
-            *self._rollback(utterance, transcript.text),
+            *self._words.rollback(utterance, transcript.text),
             SpeculativeEnd(utterance.utterance_id, transcript.text, speech_end_ns),
         ]
         if self.config.learns_end:
@@ -322,7 +277,7 @@ class ASRStream:
         self.config = replace(self.config, eagerness=eagerness, turn_fallback_ms=fallback_ms)
 
     def _decide(
-        self, utterance: _Utterance, text_prob: float | None, now: int, told: bool = True
+        self, utterance: Utterance, text_prob: float | None, now: int, told: bool = True
     ) -> list[ASREvent]:
         """`told`: the LLM's answer came (a probability, or None: it has none); False at
         the deadline, when nothing came within text_hint_wait_ms of silence."""
@@ -361,10 +316,10 @@ class ASRStream:
         self._utterance = None
         if event.forced:
             # Cut inside speech: decode exactly up to the cut, the next utterance starts there.
-            transcript = self._decode(utterance, event.sample).transcript
+            transcript = self._words.decode(utterance, event.sample).transcript
         else:
             until = min(now, event.sample + self._pad)
-            transcript = self._transcript_through(utterance, event.sample, until)
+            transcript = self._words.through(utterance, event.sample, until)
         if not transcript.text:
             return [Discard(utterance.utterance_id)]
         if not event.forced and self.config.learns_end:
@@ -377,48 +332,8 @@ class ASRStream:
             transcript.decode_ms,
             utterance.model,
         )
-        return [*self._rollback(utterance, transcript.text), final]
+        return [*self._words.rollback(utterance, transcript.text), final]
 
-    def _rollback(self, utterance: _Utterance, text: str) -> list[ASREvent]:
-        """A Rollback when `text` revises words a Partial already sent as stable."""
-        if utterance.agreement.agree_with(text) is None:
-            return []
-        return [Rollback(utterance.utterance_id, utterance.agreement.stable_text)]
-
-    def _transcript_through(self, utterance: _Utterance, speech_end: int, until: int) -> Transcript:
-        """A transcript that heard all speech up to `speech_end`, reusing the last decode
-        unless it heard no words and more audio is here now: the VAD ends a quiet word
-        before its soft last syllable ("Hel-" of a caller's "Hello?" at -42 dBFS, which
-        Whisper decoded as "I'm going to" and judged silence), and the padding after
-        the speech end holds the rest."""
-        last = utterance.last
-        heard = last is not None and (bool(last.transcript.text) or last.covers_until >= until)
-        if last is not None and last.covers_until >= speech_end and heard:
-            return last.transcript
-        return self._decode(utterance, until).transcript
-
-    def _decode(self, utterance: _Utterance, until: int) -> _Decoded:
-        start = max(utterance.audio_start, until - WHISPER_MAX_SAMPLES)
-        if self._before_decode is not None:
-            self._before_decode()
-        started_ns = time.perf_counter_ns()
-        # The last decode's text is a good guess at this one's while the window has not slid.
-        last = utterance.last
-        guess = last.transcript.text if last and start == utterance.audio_start else ""
-        decoder = self._decoders[utterance.model]
-        transcript = decoder.decode(self._audio.read(start, until), guess)
-        self._budget.record(started_ns, time.perf_counter_ns())
-        utterance.last = _Decoded(transcript, until)
-        self._last_decode_ms = transcript.decode_ms
-        self._last_decode_at = until
-        return utterance.last
-
-    def _partial(self, utterance: _Utterance, decoded: _Decoded) -> list[ASREvent]:
-        if not utterance.agreement.update(decoded.transcript.text):
-            return []
-        agreement = utterance.agreement
-        return [Partial(utterance.utterance_id, agreement.stable_text, agreement.unstable_text)]
-
-    def _current(self) -> _Utterance:
+    def _current(self) -> Utterance:
         assert self._utterance is not None, "endpointer reported a boundary outside an utterance"
         return self._utterance
