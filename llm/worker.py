@@ -294,9 +294,10 @@ class LLMHandler(TableHandler):
             if not reply.finish_reason:
                 self.backend.abort(request_id)
             del self.replies[request_id]
-            if not reply.committed:  # speculative: its FINAL is still to come
-                self.dismissed.setdefault(session_id, set()).add(turn_id)
-        elif not self._dialogue(session_id).forget(turn_id):  # no FINAL yet
+            final_to_come = not reply.committed  # a speculative reply's FINAL
+        else:  # in the history already, or its FINAL (and reply) still to come
+            final_to_come = not self._dialogue(session_id).forget(turn_id)
+        if final_to_come:
             self.dismissed.setdefault(session_id, set()).add(turn_id)
         self.reply_out.retract(session_id, turn_id)  # the TTS drops what it holds of it
         self._release_end(session_id)

@@ -284,7 +284,7 @@ class Session:
 
     def finish(self, trace: TurnTrace) -> None:
         """Writes a turn's row now, though no stage record ended it (a call's last key
-        presses: `pipeline/sip/dtmf.py`)."""
+        presses: `pipeline/sip/dtmf.py`; a dismissed backchannel)."""
         self.turns.pop(trace.turn_id, None)
         self._finish(trace)
 
@@ -348,10 +348,9 @@ class Session:
         """The turn's row now, marked a backchannel; whatever the stages made of it (a
         reply begun before the LLM heard of the dismissal) is dropped as it comes."""
         trace = self.trace(turn_id)
-        del self.turns[turn_id]
         trace.backchannel = True
         self.playbacks.drop(turn_id)
-        self._finish(trace)
+        self.finish(trace)
 
     def _on_reply_text(self, stamp: StampRecord) -> None:
         # A reply that ended while speculative (the learned end of turn waited longer
