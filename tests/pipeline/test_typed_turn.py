@@ -45,8 +45,11 @@ def test_a_typed_turn_is_answered_and_the_next_spoken_turn_follows_it(
     assert (0, "transcript.final", QUESTION) in sink.texts
     # Answered out loud: the reply's audio says the reply's words.
     assert typed.reply_text and typed.to_dict()["ttfa_ms"] is not None
+    # Scored on characters: tiny.en hears this voice's "France is" as "Francis" and, at
+    # the first fragment's joint, "of" as "a" (5 in 40 syntheses), which is half the
+    # words of a six-word reply but 13% of its characters; other words score ~0.8.
     said = _said(sink.audio[0], sink.rate)
-    assert jiwer.wer(_words(typed.reply_text), _words(said)) <= 0.35
+    assert jiwer.cer(_words(typed.reply_text), _words(said)) <= 0.25
     # The spoken turn after it is turn 1, and its prompt holds the typed exchange.
     assert _words(spoken.transcript) == "go forward 10 meters" and spoken.asr_model != TYPED
     history = _histories(tmp_path / "llm.log")[1]
