@@ -84,7 +84,7 @@ class ASRHandler(TableHandler):
             Hold: self._hold,
             EndScored: self._end_scored,
             Final: self._final,
-            Discard: lambda session_id, event: None,
+            Discard: self._discard,
             AgentTurn: self._agent_turn,
         }
         # The control ops the ASR acts on (CONTROL records on its audio and control rings).
@@ -259,7 +259,9 @@ class ASRHandler(TableHandler):
         )
 
     def _speculative_end(self, session_id: int, event: SpeculativeEnd) -> None:
-        self.events.stamp(session_id, self._turn(session_id, event), Stamp.SPECULATIVE_END)
+        # The words so far go with it: over a reply, they decide a barge-in pause's end.
+        turn = self._turn(session_id, event)
+        self.events.stamp(session_id, turn, Stamp.SPECULATIVE_END, text=event.text)
         self.out.send(
             RecordKind.SPECULATIVE_END,
             event.text.encode(),
@@ -286,6 +288,10 @@ class ASRHandler(TableHandler):
         )
         turn = self._turn(session_id, event)
         self.events.stamp(session_id, turn, Stamp.END_SCORED, event.wait_ms, score)
+
+    def _discard(self, session_id: int, event: Discard) -> None:
+        # The speech start went out; the supervisor learns the turn will have no words.
+        self.events.stamp(session_id, self._turn(session_id, event), Stamp.SPEECH_DISCARDED)
 
     def _agent_turn(self, session_id: int, event: AgentTurn) -> None:
         turn = self._turn(session_id, event)

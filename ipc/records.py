@@ -108,7 +108,7 @@ class Stamp(IntEnum):
     PARTIAL_TEXT = 11  # text: the ASR's latest partial; value: byte length of its stable part
     REPLY_DELTA = 12  # text: one token's text, as the LLM samples it (live captions)
     FRAGMENT = 13  # text: one synthesized reply fragment; value: its samples (audio rate)
-    SPECULATIVE_END = 20  # ASR sent its best transcript after a short silence
+    SPECULATIVE_END = 20  # ASR sent its best transcript after a short silence; text: it
     LLM_START = 21  # the LLM opened the reply's request (at SPECULATIVE_END or FINAL)
     END_HELD = 22  # ASR: the words so far stop mid-sentence, so this pause ends the turn later
     # LLM: its P(end of turn) at the reply's prefill; value = probability x PROB_SCALE,
@@ -117,6 +117,7 @@ class Stamp(IntEnum):
     # ASR: a pause's learned decision; value = wait ms, text = END_SCORE
     END_SCORED = 24
     AGENT_TURN = 25  # ASR: this turn is the agent's own (Pipeline.say), no user words
+    SPEECH_DISCARDED = 26  # ASR: the VAD's speech held no words (noise, a cough): no turn
 
 
 class SampleFormat(IntEnum):

@@ -63,6 +63,23 @@ class Interrupted:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyPaused:
+    """The user's speech (turn `turn`) may cut the reply: hold its audio, play nothing.
+    Only where the barge-in rule waits for words (`barge_in_min_words` > 0); what follows
+    is `Interrupted` or `ReplyResumed`."""
+
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyResumed:
+    """Turn `turn`'s speech cut nothing (a backchannel, a cough): play the held audio on
+    from where it stopped."""
+
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnError:
     """The turn failed (a stage crashed or hung); the next one works again."""
 
@@ -94,6 +111,8 @@ Event = (
     | ReplyAudio
     | ReplyAudioDone
     | Interrupted
+    | ReplyPaused
+    | ReplyResumed
     | TurnError
     | TurnDone
     | InputEnded
@@ -108,4 +127,8 @@ TEXT_EVENTS: dict[str, Callable[[int, str], Event]] = {
     # a backchannel over a reply ("Mm-hmm."): final, and its TurnDone has no reply
     "transcript.backchannel": lambda turn, text: Transcript(turn, text, final=True),
     "response.text.delta": ReplyDelta,
+    "response.audio.pause": lambda turn, text: ReplyPaused(turn),
+    "response.audio.resume": lambda turn, text: ReplyResumed(turn),
 }
+# The kinds that carry no text (the others with none are left out: an empty delta).
+TEXTLESS = frozenset({"speech.started", "response.audio.pause", "response.audio.resume"})

@@ -19,6 +19,7 @@ import soxr
 from voxrelay.asr.audio import SUPPORTED_RATES
 from voxrelay.pipeline.api_events import (
     TEXT_EVENTS,
+    TEXTLESS,
     Event,
     InputEnded,
     Interrupted,
@@ -267,7 +268,7 @@ class VoiceSession:
         if kind == "transcript.final":
             self._last_final_turn = max(self._last_final_turn, turn_id)
         make = TEXT_EVENTS.get(kind)
-        if make is not None and (text or kind == "speech.started"):
+        if make is not None and (text or kind in TEXTLESS):
             self._push(make(turn_id, text))  # (the LLM's last delta may be empty)
 
     def on_error(self, turn_id: int, message: str) -> None:

@@ -98,6 +98,11 @@ class BargeInRule:
         self.pending_turn = None
         return True
 
+    def discarded(self, turn_id: int) -> None:
+        """The turn's speech held no words (a cough): it cuts nothing."""
+        if self.pending_turn == turn_id:
+            self.pending_turn = None
+
     def heard(self, turn_id: int, text: str, final: bool) -> bool:
         """A partial (or the final) transcript of `turn_id`; True: cut the reply now."""
         if self.pending_turn is None or turn_id != self.pending_turn:

@@ -67,6 +67,10 @@ class Playbacks:
     def __init__(self) -> None:
         self._by_turn: dict[int, Playback] = {}
         self.end_ns = 0  # when the reply audio sent so far ends playing (1x from the first)
+        # A barge-in pause (pipeline/interrupts.py): since when the sink holds the reply
+        # audio, and for which turn's speech. Nothing plays while it lasts.
+        self.paused_ns = 0
+        self.paused_for = -1
         # Set by a transport that queues after the sink (WebSocket): the samples of a turn
         # (at the reply's rate) that actually left for the client.
         self.sent_samples: Callable[[int], int] | None = None
@@ -95,8 +99,39 @@ class Playbacks:
         playback.on_audio(samples, rate, first_audio_ns)
         self.end_ns = max(self.end_ns, playback.end_ns())
 
+    @property
+    def paused(self) -> bool:
+        return bool(self.paused_ns)
+
+    def clock(self, now_ns: int) -> int:
+        """How far the replies have played by `now_ns`, as a time on their timeline: a
+        pause stops it."""
+        return min(now_ns, self.paused_ns) if self.paused_ns else now_ns
+
+    def pause(self, turn_id: int, now_ns: int) -> bool:
+        """The sink holds the reply audio from `now_ns` on, for `turn_id`'s speech (which
+        may still turn out no interruption). False: paused already."""
+        if self.paused_ns:
+            return False
+        self.paused_ns, self.paused_for = now_ns, turn_id
+        return True
+
+    def resume(self, now_ns: int) -> bool:
+        """The held audio plays on from where it stopped: the timeline of every reply
+        not played out before the pause moves by it (one whose first sample came during
+        it starts now). False: there was no pause."""
+        if not self.paused_ns:
+            return False
+        for playback in self._by_turn.values():
+            if playback.first_audio_ns and playback.end_ns() > self.paused_ns:
+                playback.first_audio_ns += now_ns - max(self.paused_ns, playback.first_audio_ns)
+        self.end_ns = max((playback.end_ns() for playback in self._by_turn.values()), default=0)
+        self.paused_ns, self.paused_for = 0, -1
+        return True
+
     def complete(self, turn_id: int, now_ns: int) -> None:
         """The turn's audio is all out (AUDIO_END); replies surely played are forgotten."""
+        now_ns = self.clock(now_ns)
         for turn, playback in list(self._by_turn.items()):
             if playback.complete and playback.end_ns() < now_ns:
                 del self._by_turn[turn]
@@ -108,8 +143,9 @@ class Playbacks:
         self._by_turn.pop(turn_id, None)
 
     def cut_before(self, turn_id: int) -> None:
-        """A barge-in: the replies of older turns stop playing."""
-        self.end_ns = 0
+        """A barge-in: the replies of older turns stop playing (a pause ends with them)."""
+        self.end_ns = self.paused_ns = 0
+        self.paused_for = -1
         for turn in [t for t in self._by_turn if t < turn_id]:
             del self._by_turn[turn]
 
@@ -119,6 +155,7 @@ class Playbacks:
     def heard(self, turns: Iterable[int], now_ns: int) -> list[tuple[int, str]]:
         """(turn, heard text) for each of `turns` whose reply a cut at `now_ns` leaves
         unheard in part: none of it at the sink yet, or its audio still playing."""
+        now_ns = self.clock(now_ns)
         heard: list[tuple[int, str]] = []
         for turn in sorted(turns):
             playback = self._by_turn.get(turn)

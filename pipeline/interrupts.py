@@ -1,6 +1,13 @@
 """Cutting replies short: the barge-in of a live session, NEW_TURN with what was heard,
 and a backchannel's dismissal. Which speech counts is the rule's (pipeline/barge_in.py);
-this sends the controls and keeps the sessions' rows and clients in step."""
+this sends the controls and keeps the sessions' rows and clients in step.
+
+Where the rule waits for words, speech over a reply pauses it at once
+(`response.audio.pause`: the sink holds its audio) and the words decide: enough of them
+cut it (`response.audio.clear`); a backchannel, too few words or no words at all (a
+cough) resume it (`response.audio.resume`) where it stopped, as soon as the user stops
+(the ASR's speculative end) or the ASR drops the sound. The user hears the reply stop as
+fast as without the wait, and a "mm-hmm" costs a gap, not the reply."""
 
 from __future__ import annotations
 
@@ -24,15 +31,32 @@ class Interrupts:
         rule = BargeInRule(self.supervisor.config.barge_in_min_words)
 
         def on_speech_start(session: Session, turn_id: int) -> None:
-            if session.replying(before_turn=turn_id) and rule.speech_started(turn_id):
+            if not session.replying(before_turn=turn_id):
+                return
+            if rule.speech_started(turn_id):
                 self.barge_in(session, turn_id)
+            else:
+                session.pause_reply(turn_id)
 
         def on_transcript(session: Session, turn_id: int, text: str, final: bool) -> None:
             if session.replying(before_turn=turn_id) and rule.heard(turn_id, text, final):
                 self.barge_in(session, turn_id)
+            elif final:  # a backchannel, or too few words: the reply plays on
+                session.resume_reply(turn_id)
+
+        def on_speech_paused(session: Session, turn_id: int, text: str) -> None:
+            # The user stopped: words enough cut the reply now; a backchannel or a
+            # word too few lets it play on while the end of the turn is decided (a
+            # "mm-hmm" costs the reply its length and ~150 ms, not the endpoint's wait).
+            if session.replying(before_turn=turn_id) and rule.heard(turn_id, text, False):
+                self.barge_in(session, turn_id)
+            else:
+                session.resume_reply(turn_id)
 
         def dismisses(session: Session, turn_id: int, text: str) -> bool:
-            if not (session.replying(before_turn=turn_id) and rule.dismisses(turn_id, text)):
+            # Begun over a reply (the rule's pending turn) decides, not whether the reply
+            # still plays: resumed at the user's stop, it may end before the turn does.
+            if not rule.dismisses(turn_id, text):
                 return False
             # The LLM drops the turn's reply wherever it has got to (llm/worker.py).
             self.supervisor.control(
@@ -40,9 +64,15 @@ class Interrupts:
             )
             return True
 
+        def on_discard(session: Session, turn_id: int) -> None:
+            rule.discarded(turn_id)
+            session.resume_reply(turn_id)
+
         session.on_speech_start = on_speech_start
         session.on_transcript = on_transcript
         session.dismisses = dismisses
+        session.on_discard = on_discard
+        session.on_speech_paused = on_speech_paused
 
     def barge_in(self, session: Session, turn_id: int, speech: bool = True) -> None:
         """Cut the replies older than `turn_id` (new_turn) and tell the sink to stop them."""

@@ -71,6 +71,7 @@ class Speaker:
         self._lock = threading.Lock()
         self.last_sound_ns = 0  # when the callback last played reply audio
         self.dropped_bytes = 0
+        self.paused = False  # the user's speech may cut the reply: hold it, play silence
 
     def push(self, pcm16: bytes) -> None:
         with self._lock:
@@ -84,6 +85,7 @@ class Speaker:
         with self._lock:
             self._chunks.clear()
             self._queued_bytes = self._offset = 0
+            self.paused = False
 
     def busy(self, tail_ns: int) -> bool:
         """Reply audio is queued, or was played less than `tail_ns` ago."""
@@ -93,7 +95,7 @@ class Speaker:
         """The output callback: `out` is the device buffer (PCM16 bytes), filled in place."""
         wanted, written = len(out), 0
         with self._lock:
-            while written < wanted and self._chunks:
+            while written < wanted and self._chunks and not self.paused:
                 chunk = self._chunks[0]
                 take = min(wanted - written, len(chunk) - self._offset)
                 out[written : written + take] = chunk[self._offset : self._offset + take]
@@ -141,6 +143,8 @@ class MicSession:
             self._last_final_turn = max(self._last_final_turn, turn_id)
         elif kind == "response.audio.clear":  # the pipeline's rule cut the reply
             self._stop_replies(turn_id)
+        elif kind in ("response.audio.pause", "response.audio.resume"):  # words decide
+            self.speaker.paused = kind == "response.audio.pause"
         elif (
             kind == "speech.started"
             and self.config.full_duplex

@@ -100,6 +100,9 @@ class RealtimeOutput(ClientSession):
         self._typed_items: deque[str] = deque()
         self._typed_turns: set[int] = set()  # numbered, not final yet
         self._barge_in = (self.session.on_speech_start, self.session.on_transcript)
+        # The Realtime protocol has no pause: a client stops its playback itself at
+        # `input_audio_buffer.speech_started`, and the words' rule cuts or not.
+        self.session.pauses_replies = False
         self._pipeline_events: dict[str, Callable[[int, str], None]] = {
             "speech.started": self._speech_started,
             "transcript.partial": self._partial,

@@ -25,7 +25,9 @@ from voxrelay.pipeline.trace import TraceSink, TurnTrace
 MAX_ENDED_TURNS = 1024
 
 # Stamps that only reach the client (captions) or the playback: no trace field.
-_UNTRACED = frozenset({Stamp.PARTIAL_TEXT, Stamp.REPLY_DELTA, Stamp.FRAGMENT})
+_UNTRACED = frozenset(
+    {Stamp.PARTIAL_TEXT, Stamp.REPLY_DELTA, Stamp.FRAGMENT, Stamp.SPEECH_DISCARDED}
+)
 # Finished turns a session keeps in memory (Session.finished).
 MAX_FINISHED_TURNS = 1024
 # What a speculative reply produces: held until its turn commits (pipeline.commit_gate).
@@ -35,7 +37,9 @@ _GATED_RECORDS = frozenset({RecordKind.AUDIO_OUT, RecordKind.AUDIO_END})
 class Sink(Protocol):
     """Where one session's output goes. `on_text` kinds: "speech.started" (text "typed"
     for a turn the user typed), "transcript.partial", "transcript.final",
-    "response.text.delta", "response.text"."""
+    "transcript.backchannel", "speech.held", "response.text.delta", "response.text",
+    and for the reply audio already given: "response.audio.clear" (drop it),
+    "response.audio.pause" (hold it) and "response.audio.resume" (play it on)."""
 
     def on_audio(self, turn_id: int, pcm16: bytes, sample_rate: int) -> None: ...
 
@@ -79,11 +83,17 @@ class Session:
         self.min_turn = 0  # records of older turns are dropped (set by an interrupt)
         # Called with (session, turn) when the user starts speaking: barge-in detection.
         self.on_speech_start: Callable[[Session, int], None] | None = None
-        # Called with (session, turn, text, final) for every partial and final transcript.
+        # Called with (session, turn, text, final) for every partial and final transcript
+        # (a dismissed backchannel's too, after the dismissal).
         self.on_transcript: Callable[[Session, int, str, bool], None] | None = None
         # Called with (session, turn, final text) first: True dismisses the turn, a
         # backchannel over a reply (it gets no reply, and cuts none).
         self.dismisses: Callable[[Session, int, str], bool] | None = None
+        # Called with (session, turn, words so far) when the user stops speaking, before
+        # the end of the turn is decided (the ASR's speculative end).
+        self.on_speech_paused: Callable[[Session, int, str], None] | None = None
+        # Called with (session, turn) when the turn's speech held no words (noise).
+        self.on_discard: Callable[[Session, int], None] | None = None
         self.input_sent = False  # the user's audio or typed text has gone to the ASR
         self.opened_ns = time.perf_counter_ns()
         self.user_active_ns = 0  # when the user was last heard (speech, partial, final)
@@ -92,6 +102,8 @@ class Session:
         # (pipeline/idle.py): a phone call hangs up.
         self.on_idle_end: Callable[[Session, bool], None] | None = None
         self.playbacks = Playbacks()  # the reply audio by turn, until surely played
+        # The sink can hold reply audio ("response.audio.pause") while the words decide.
+        self.pauses_replies = True
         # Turns whose reply audio has all arrived but still plays (at 1x from the first
         # sample): their row is written once it has played, or at a barge-in that cuts it.
         self._playing: dict[int, TurnTrace] = {}
@@ -114,6 +126,8 @@ class Session:
             Stamp.TRANSCRIPT: self._on_transcript,
             Stamp.REPLY_TEXT: self._on_reply_text,
             Stamp.END_HELD: self._on_end_held,
+            Stamp.SPEECH_DISCARDED: self._on_discarded,
+            Stamp.SPECULATIVE_END: self._on_speculative_end,
         }
 
     @property
@@ -203,7 +217,7 @@ class Session:
 
     def settle(self, now_ns: int | None = None) -> None:
         """Writes the rows of turns whose reply has finished playing by `now_ns`."""
-        now_ns = now_ns or time.perf_counter_ns()
+        now_ns = self.playbacks.clock(now_ns or time.perf_counter_ns())
         for turn, trace in list(self._playing.items()):
             playback = self.playbacks.get(turn)
             if playback is None or playback.end_ns() <= now_ns:
@@ -236,10 +250,21 @@ class Session:
     def replying(self, before_turn: int = 1 << 62) -> bool:
         """True while a committed turn older than `before_turn` (by default any) still has
         a reply coming, or reply audio already sent is still playing (by real-time
-        arithmetic: the sink plays what it gets at 1x from the first sample on)."""
-        if time.perf_counter_ns() < self.playbacks.end_ns:
+        arithmetic: the sink plays what it gets at 1x from the first sample on) or held
+        by a barge-in pause."""
+        if self.playbacks.paused or time.perf_counter_ns() < self.playbacks.end_ns:
             return True
         return any(t < before_turn and _answers(trace) for t, trace in self.turns.items())
+
+    def pause_reply(self, turn_id: int) -> None:
+        """`turn_id`'s speech may cut the reply: the sink holds its audio meanwhile."""
+        if self.pauses_replies and self.playbacks.pause(turn_id, time.perf_counter_ns()):
+            self.sink.on_text(turn_id, "response.audio.pause", "")
+
+    def resume_reply(self, turn_id: int) -> None:
+        """`turn_id`'s speech cut nothing: the reply it paused (if any) plays on."""
+        if self.playbacks.paused_for == turn_id and self.playbacks.resume(time.perf_counter_ns()):
+            self.sink.on_text(turn_id, "response.audio.resume", "")
 
     def last_reply_turn(self) -> int:
         """The latest turn with a reply coming or still playing (-1: none)."""
@@ -269,7 +294,7 @@ class Session:
         trace.mark(Stamp.TTS_DONE, record.stamp_ns)
         self.sink.on_audio_end(record.turn_id)
         still_playing = self.playbacks.get(record.turn_id)
-        if still_playing is not None and still_playing.end_ns() > now:
+        if still_playing is not None and still_playing.end_ns() > self.playbacks.clock(now):
             self._end(record.turn_id)  # done here; its row waits for the audio to play
             self._playing[record.turn_id] = trace
             return
@@ -339,10 +364,22 @@ class Session:
         if self.dismisses is not None and self.dismisses(self, stamp.turn_id, stamp.text):
             self.sink.on_text(stamp.turn_id, "transcript.backchannel", stamp.text)
             self._dismiss(stamp.turn_id)
-            return
-        self.sink.on_text(stamp.turn_id, "transcript.final", stamp.text)
+        else:
+            self.sink.on_text(stamp.turn_id, "transcript.final", stamp.text)
         if self.on_transcript is not None:
             self.on_transcript(self, stamp.turn_id, stamp.text, True)
+
+    def _on_speculative_end(self, stamp: StampRecord) -> None:
+        if self.on_speech_paused is not None:
+            self.on_speech_paused(self, stamp.turn_id, stamp.text)
+
+    def _on_discarded(self, stamp: StampRecord) -> None:
+        """The speech held no words: no turn, and no row (its start was only noise)."""
+        trace = self.turns.get(stamp.turn_id)
+        if trace is not None and not _answers(trace):
+            del self.turns[stamp.turn_id]
+        if self.on_discard is not None:
+            self.on_discard(self, stamp.turn_id)
 
     def _dismiss(self, turn_id: int) -> None:
         """The turn's row now, marked a backchannel; whatever the stages made of it (a

@@ -42,6 +42,8 @@ _TEXT_EVENTS: dict[str, tuple[str, str | None]] = {
     "transcript.partial": ("transcript.partial", "text"),
     "transcript.final": ("transcript.final", "text"),
     "transcript.backchannel": ("transcript.backchannel", "text"),
+    "response.audio.pause": ("response.audio.pause", None),
+    "response.audio.resume": ("response.audio.resume", None),
     "response.text.delta": ("response.text.delta", "delta"),
     "response.text": ("response.text.done", "text"),
 }

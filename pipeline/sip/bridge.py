@@ -33,7 +33,11 @@ class MediaPort(Protocol):
         """The reply is complete: send its last partial frame too."""
 
     def clear(self) -> None:
-        """Barge-in: drop every queued frame now."""
+        """Barge-in: drop every queued frame now (and end a pause)."""
+
+    def pause(self, paused: bool) -> None:
+        """The caller's speech may cut the reply: hold the queued frames (True), or send
+        them on (False)."""
 
     def hangup(self, reason: str, after_playback: bool) -> None:
         """The bot ends the call (SIP BYE, AudioSocket hangup frame)."""
@@ -57,7 +61,7 @@ class SessionHost(Protocol):
 @dataclass(frozen=True, slots=True)
 class CallEvent:
     at_ns: int  # time.perf_counter_ns()
-    kind: str  # "dtmf", "transcript", "reply", "hangup", "transfer", "barge_in", "error"...
+    kind: str  # "dtmf", "transcript", "reply", "hangup", "barge_in", "pause", "resume"...
     detail: str
 
 
@@ -139,6 +143,9 @@ class CallBridge:
             for stale in [t for t in self._resamplers if t < turn_id]:
                 del self._resamplers[stale]
             self.note("barge_in", f"turn {turn_id}")
+        elif kind in ("response.audio.pause", "response.audio.resume"):
+            self.port.pause(kind == "response.audio.pause")
+            self.note(kind.removeprefix("response.audio."), f"turn {turn_id}")
         elif kind == "speech.started":
             self.digits.turn_started(turn_id)
         elif kind == "transcript.final":

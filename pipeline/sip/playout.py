@@ -4,7 +4,8 @@ Both media ports (RTP and AudioSocket) send through a `Pacer`. Reply audio is qu
 as 8 kHz PCM16; a task wakes every 20 ms against deadlines computed from its start
 (never from the last wake-up, so delays cannot accumulate), and sends one frame when
 one is queued. Between replies nothing is sent (silence suppression: the first frame
-of each burst is flagged so RTP can set the marker bit). Barge-in empties the queue.
+of each burst is flagged so RTP can set the marker bit). Barge-in empties the queue;
+speech that may be one pauses it (so does a hold).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Pacer:
         self._bursting = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.paused = False  # on hold: keep the queue, send nothing
+        self._pauses: set[str] = set()  # why the queue is kept and nothing sent
         self.dropped_bytes = 0
         self.frames_sent = 0
         self.first_frame_ns = 0  # of the current burst
@@ -62,9 +63,18 @@ class Pacer:
         self._flush = False
         self._wake.set()
 
-    def set_paused(self, paused: bool) -> None:
-        """Hold keeps the queue and sends nothing; resuming sends what is queued."""
-        self.paused = paused
+    @property
+    def paused(self) -> bool:
+        return bool(self._pauses)
+
+    def set_paused(self, paused: bool, reason: str = "hold") -> None:
+        """A pause keeps the queue and sends nothing; once no reason is left ("hold":
+        the call is on hold; "barge_in": the caller may be cutting the reply), what is
+        queued goes on."""
+        if paused:
+            self._pauses.add(reason)
+        else:
+            self._pauses.discard(reason)
         self._wake.set()
 
     def flush(self) -> None:
@@ -72,10 +82,11 @@ class Pacer:
         self._wake.set()
 
     def clear(self) -> None:
-        """Barge-in: drop everything not yet sent."""
+        """Barge-in: drop everything not yet sent (a barge-in pause ends with it)."""
         self.dropped_bytes += len(self._queue)
         self._queue.clear()
         self._flush = False
+        self.set_paused(False, "barge_in")
 
     @property
     def queued_ms(self) -> float:
@@ -151,3 +162,6 @@ class PacedPort:
 
     def clear(self) -> None:
         self.pacer.clear()
+
+    def pause(self, paused: bool) -> None:
+        self.pacer.set_paused(paused, "barge_in")

@@ -313,3 +313,30 @@ def test_a_typed_turn_through_the_api():
     assert done.transcript == "Is the pool open today?" and done.reply_text
     assert done.trace["asr_model"] == "typed" and done.ttfa_ms is not None
     assert sum(len(e.pcm16) for e in events if isinstance(e, voxrelay.ReplyAudio)) > 22_050
+
+
+@pytest.mark.slow
+def test_a_wordless_sound_over_a_reply_pauses_and_resumes_it_through_the_api(clips_dir):
+    """barge_in_min_words=1: a hum over the reply yields ReplyPaused (hold playback) and,
+    once the ASR hears no words in it, ReplyResumed; nothing is interrupted."""
+    from tests.pipeline.test_barge_in import hum
+
+    clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
+    noise = hum().with_silence(1.0)
+
+    async def main() -> list:
+        settings = {"barge_in_min_words": 1, "tts": {"speed": 0.5}}
+        async with voxrelay.open_pipeline(settings) as pipeline, pipeline.session() as session:
+            await session.stream(clip.pcm16, clip.sample_rate, realtime=True)
+            events = await _events_until(session, voxrelay.ReplyAudio)
+            await session.stream(noise.pcm16, noise.sample_rate, realtime=True)
+            session.end_input()
+            return events + await _events_until_input_end(session)
+
+    events = asyncio.run(main())
+    paused = _first(events, voxrelay.ReplyPaused)
+    resumed = _first(events, voxrelay.ReplyResumed, turn=events[paused].turn)
+    assert _first(events, voxrelay.SpeechStarted, turn=events[paused].turn) < paused < resumed
+    assert not [e for e in events if isinstance(e, voxrelay.Interrupted)]
+    done = [e for e in events if isinstance(e, voxrelay.TurnDone)]
+    assert len(done) == 1 and not done[0].trace["barge_in_ns"]

@@ -187,6 +187,17 @@ def test_min_words_keeps_a_short_utterance_from_cutting_the_reply(clips_dir):
     assert cut_turn > short_turn
     before = [text for turn, kind, text in texts[: clears[0]] if turn == cut_turn]
     assert any(interrupting_words(text) >= 3 for text in before), before
+    # Each held the reply from its speech start: the short one let it play on once the
+    # user stopped (before its final), the sentence cut it, and the cut ended the pause.
+    holds = [(turn, kind) for turn, kind, _ in texts if kind.startswith("response.audio.")]
+    assert holds == [
+        (short_turn, "response.audio.pause"),
+        (short_turn, "response.audio.resume"),
+        (cut_turn, "response.audio.pause"),
+        (cut_turn, "response.audio.clear"),
+    ], texts
+    short_events = [kind for turn, kind, _ in texts if turn == short_turn]
+    assert short_events.index("response.audio.resume") < short_events.index("transcript.final")
 
 
 def test_a_user_who_goes_on_after_a_cut_is_answered_as_one_turn(natural_dir, tmp_path, monkeypatch):
@@ -264,12 +275,65 @@ def test_a_backchannel_over_a_reply_neither_cuts_it_nor_gets_a_reply(
     dismissed = [(turn, text) for turn, kind, text in texts if kind == "transcript.backchannel"]
     assert len(dismissed) == 1 and "okay" in dismissed[0][1].lower(), texts
     turn = dismissed[0][0]
+    # The reply held while the words were unknown, and played on once the user stopped
+    # with nothing but "Okay": before the end of the turn was decided.
+    held = [kind for t, kind, _ in texts if t == turn and kind.startswith("response.audio.")]
+    assert held == ["response.audio.pause", "response.audio.resume"], texts
+    order = [kind for t, kind, _ in texts if t == turn]
+    assert order.index("response.audio.pause") < order.index("response.audio.resume")
+    assert order.index("response.audio.resume") < order.index("transcript.backchannel")
     rows = {t.turn_id: t for t in finished}
     assert rows[turn].backchannel and not rows[turn].first_audio_out_ns
     assert not [t for t, _, _ in sink.audio if t == turn], "the backchannel got a reply"
-    assert not [t for t, kind, _ in texts if t == turn and kind.startswith("response.")]
+    assert not [k for t, k, _ in texts if t == turn and k.startswith("response.") and k not in held]
     replied = [t for t in rows.values() if t.first_audio_out_ns]
     assert len(replied) == 2 and not any(t.barge_in_ns for t in replied)
     assert replied[0].turn_id < turn < replied[1].turn_id
     history = _histories(tmp_path / "llm.log")[replied[1].turn_id]
     assert [m["content"] for m in history] == [replied[0].transcript, replied[0].reply_text]
+
+
+def hum(seconds: float = 0.5) -> Clip:
+    """A hummed vowel (120 Hz and four harmonics, rising and falling): the VAD hears a
+    voice, Whisper no words (the ASR's Discard)."""
+    import numpy as np
+
+    t = np.arange(int(seconds * 16_000)) / 16_000
+    tone = sum(np.sin(2 * np.pi * f * t) / k for k, f in enumerate((120, 240, 360, 480, 720), 1))
+    audio = 0.3 * np.sin(np.pi * t / seconds) ** 2 * tone
+    return Clip((audio * 32767).astype(np.int16), 16_000, 1)
+
+
+def test_a_sound_without_words_over_a_reply_holds_it_and_it_plays_on(clips_dir):
+    """barge_in_min_words=1: a hum over the reply pauses it at once (the sink holds its
+    audio); the ASR hears no words in it, so the reply resumes where it stopped, whole,
+    and the hum is no turn."""
+    first = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
+
+    async def scenario():
+        asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
+        config = PipelineConfig(barge_in_min_words=1, asr=asr, tts={"speed": 0.5})
+        async with Pipeline(config) as pipeline:
+            sink = TimedSink()
+            session = pipeline.open_session(sink, "test")
+            await pipeline.feed(session.session_id, first, realtime=True)
+            await asyncio.wait_for(sink.first_audio.wait(), 30)  # the reply is playing
+            await pipeline.feed(session.session_id, hum().with_silence(1.0), realtime=True)
+            paused = session.playbacks.paused
+            await asyncio.wait_for(sink.turn_done.wait(), 60)  # the reply's row: played out
+            return sink, list(session.finished), session.turns, paused
+
+    sink, finished, open_turns, paused_after_feed = asyncio.run(scenario())
+    texts = [(turn, kind) for turn, _, kind, _ in sink.texts]
+    print("\n".join(map(str, texts)))
+    started = [turn for turn, kind in texts if kind == "speech.started"]
+    assert len(started) == 2, texts
+    hum_turn = started[1]
+    assert [kind for turn, kind in texts if turn == hum_turn] == [
+        "speech.started",
+        "response.audio.pause",
+        "response.audio.resume",
+    ], texts
+    assert not paused_after_feed  # resumed within the hum's second of silence
+    assert [row.turn_id for row in finished] == [0] and not finished[0].barge_in_ns
+    assert hum_turn not in open_turns  # no words: no turn, no row

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from voxrelay.pipeline.audio_io import read_clip
+from voxrelay.pipeline.mic import Speaker
 from voxrelay.pipeline.models import voxrelay_home
 
 EXPECTED = "he was not an ill disposed young man"
@@ -187,6 +188,23 @@ def test_mic_transcribes_replies_and_stops_cleanly_on_ctrl_c(fake_audio_home):
         f"{first_turn_s:.1f} s; stopped in {stop_s:.1f} s; "
         f"speaker got {len(loudspeaker.played)} bytes"
     )
+
+
+def test_the_speaker_plays_silence_while_paused_and_keeps_the_reply_for_the_resume():
+    speaker = Speaker(device_rate=8000, max_queued_s=10)
+    speaker.push(b"\x01\x00" * 100)
+    out = bytearray(80)
+    speaker.fill(memoryview(out))
+    assert out == b"\x01\x00" * 40
+    speaker.paused = True  # response.audio.pause
+    speaker.fill(memoryview(out))
+    assert out == bytes(80) and speaker.busy(0)  # silence; the rest of the reply kept
+    speaker.paused = False  # response.audio.resume: on from where it stopped
+    speaker.fill(memoryview(out))
+    assert out == b"\x01\x00" * 40
+    speaker.paused = True
+    speaker.clear()  # a cut ends the pause
+    assert not speaker.paused and not speaker.busy(0)
 
 
 def test_mic_without_portaudio_device_says_so(tmp_path):

@@ -7,6 +7,7 @@ the session's settings and stop a reply. The page's own counters
 (`window.voxrelayStats`) say what it received, played and stopped.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -16,12 +17,16 @@ import subprocess
 import sys
 import time
 import wave
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jiwer
+import numpy as np
 import pytest
 
-from voxrelay.pipeline.audio_io import read_clip
+from tests.pipeline.test_barge_in import spoken
+from voxrelay.pipeline.audio_io import Clip, read_clip
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -40,10 +45,24 @@ def _normalise(text: str) -> str:
 
 
 @pytest.fixture
-def serve_url(clips_dir, tmp_path):
+def serve_url():
     """`voxrelay serve` as a real process on a free port of 127.0.0.1."""
+    yield from _serve()
+
+
+@pytest.fixture
+def serve_words_url():
+    """The same, where speech over a reply cuts it only once it holds a word besides a
+    backchannel's (the reply pauses meanwhile), and 300 ms of silence ends a turn: when
+    the reply starts does not hang on the learned end's wait."""
+    env = {"VOXRELAY_ASR_TURN_DETECTION": "silence"}
+    yield from _serve("--barge-in-min-words", "1", env=env)
+
+
+def _serve(*flags: str, env: dict[str, str] | None = None) -> Iterator[str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "voxrelay.pipeline.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "voxrelay.pipeline.cli", "serve", "--port", "0", *flags],
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -72,9 +91,8 @@ def serve_url(clips_dir, tmp_path):
             process.wait()
 
 
-def _fake_capture_wav(clips_dir: Path, path: Path) -> Path:
-    """The clip plus silence, as the 16-bit PCM WAV Chromium's fake device reads."""
-    clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(LOOP_SILENCE_S)
+def _fake_capture_wav(clip: Clip, path: Path) -> Path:
+    """`clip` as the 16-bit PCM WAV Chromium's fake device reads (and loops)."""
     with wave.open(str(path), "wb") as wav:
         wav.setnchannels(clip.channels)
         wav.setsampwidth(2)
@@ -85,6 +103,13 @@ def _fake_capture_wav(clips_dir: Path, path: Path) -> Path:
 
 @pytest.fixture
 def browser(clips_dir, tmp_path):
+    clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(LOOP_SILENCE_S)
+    with _chromium(_fake_capture_wav(clip, tmp_path / "fake-mic.wav"), tmp_path) as driver:
+        yield driver
+
+
+@contextlib.contextmanager
+def _chromium(capture: Path, tmp_path: Path) -> Iterator[Any]:
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.skip(
             f"needs {CHROMIUM} and {CHROMEDRIVER} "
@@ -93,7 +118,6 @@ def browser(clips_dir, tmp_path):
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
-    capture = _fake_capture_wav(clips_dir, tmp_path / "fake-mic.wav")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in (
@@ -141,6 +165,10 @@ def _wait_for(driver, condition, timeout_s: float, what: str) -> dict:
         f"timed out waiting for {what}; status {status!r}; "
         f"stats {json.dumps(stats)[:3000]}\nbrowser console:\n{console}"
     )
+
+
+def _turn(event: dict) -> int:
+    return int(event["turn"])
 
 
 def _types(stats: dict) -> list[str]:
@@ -259,3 +287,40 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
         f"first reply {received_ms:.0f} ms; second cut after {after['chunksPlayed']} "
         f"chunks in all, heard {cut['heard_text']!r}; in {time.monotonic() - started:.1f} s"
     )
+
+
+def test_a_backchannel_over_a_reply_pauses_it_in_the_page_and_it_plays_on_whole(
+    serve_words_url, clips_dir, tmp_path
+):
+    """On a server that waits for a word: the user says "Okay." while the reply plays.
+    The page holds the reply at the server's `response.audio.pause` (the rest of each
+    scheduled chunk kept), and at `response.audio.resume` plays it on from there: every
+    chunk is played, none stopped, and the backchannel is no turn of its own."""
+    # The reply starts ~0.8 s after the sentence and plays ~2.6 s at half tempo.
+    sentence = read_clip(clips_dir / "librivox/0880.wav").with_silence(1.5)
+    okay = spoken("Okay.").with_silence(40.0)  # the loop comes back after the test
+    joined = Clip(np.concatenate([sentence.pcm16, okay.pcm16]), 16_000, 1)
+    with _chromium(_fake_capture_wav(joined, tmp_path / "okay.wav"), tmp_path) as browser:
+        browser.get(serve_words_url)
+        browser.find_element("id", "start").click()
+        _wait_for(browser, lambda s: "session.created" in _types(s), 30, "session.created")
+        speed = browser.find_element("id", "speed")  # half tempo: the reply outlasts "Okay."
+        speed.clear()
+        speed.send_keys("0.5")
+        browser.find_element("id", "apply").click()
+        stats = _wait_for(browser, lambda s: _types(s).count("trace") == 2, 90, "both rows")
+        types = _types(stats)
+        # Resumed once the user stopped with nothing but "Okay"; dismissed at the turn's end.
+        assert types.index("response.audio.pause") < types.index("response.audio.resume"), types
+        assert types.index("response.audio.resume") < types.index("transcript.backchannel"), types
+        assert "response.audio.clear" not in types
+        assert stats["pauses"] == 1 and stats["resumes"] == 1
+        stats = _wait_for(
+            browser, lambda s: s["chunksPlayed"] == s["chunksReceived"], 30, "the reply played"
+        )
+        assert stats["chunksPlayed"] > 0 and not stats["chunksStopped"]
+        # (The reply may end before the end of the "Okay" turn is decided: rows in any order.)
+        reply, okay = sorted((e for e in stats["events"] if e["type"] == "trace"), key=_turn)
+        assert okay["backchannel"] and not reply["backchannel"] and not reply["barge_in_ns"]
+        replies = [e for e in stats["events"] if e["type"] == "response.done"]
+        assert [e["status"] for e in replies] == ["completed"], replies

@@ -222,6 +222,48 @@ def test_barge_in_drops_queued_rtp_and_goodbye_hangs_up_after_playback():
     run(main())
 
 
+def test_a_barge_in_pause_holds_the_queued_rtp_until_resumed_or_cleared():
+    async def main():
+        pipeline, server, address = await _server()
+        caller = Caller(address)
+        await caller.open()
+        await caller.dial()
+        call = server.calls[caller.call_id]
+        pacer = call.rtp.pacer
+        sink = pipeline.sessions[call.bridge.session_id].sink
+        sink.on_audio(1, bytes(8000 * 2 * 2), 8000)  # 2 s of reply
+        await asyncio.sleep(0.2)
+        sink.on_text(2, "response.audio.pause", "")  # the caller may be cutting it
+        sent = call.rtp.packets_out
+        await asyncio.sleep(0.3)
+        assert call.rtp.packets_out <= sent + 1 and pacer.queued_ms > 1500  # held, kept
+        sink.on_text(2, "response.audio.resume", "")  # "mm-hmm": it plays on
+        await asyncio.sleep(0.3)
+        assert call.rtp.packets_out >= sent + 10
+        # On hold as well: the end of the barge-in pause does not end the hold.
+        call.rtp.update(call.rtp.answer, call.rtp.peer, held=True)
+        sink.on_text(3, "response.audio.pause", "")
+        sink.on_text(3, "response.audio.resume", "")
+        sent = call.rtp.packets_out
+        await asyncio.sleep(0.2)
+        assert call.rtp.packets_out <= sent + 1 and pacer.paused
+        call.rtp.update(call.rtp.answer, call.rtp.peer, held=False)
+        # A pause that ends in a cut: the queue goes, and the next reply plays.
+        sink.on_text(4, "response.audio.pause", "")
+        sink.on_text(4, "response.audio.clear", "")
+        assert pacer.queued_ms == 0 and not pacer.paused
+        sent = call.rtp.packets_out
+        sink.on_audio(4, bytes(8000 * 2 // 2), 8000)
+        await asyncio.sleep(0.3)
+        assert call.rtp.packets_out >= sent + 10
+        kinds = [e.kind for e in call.bridge.events]
+        assert kinds.count("pause") == 3 and kinds.count("resume") == 2, kinds
+        caller.close()
+        server.stop()
+
+    run(main())
+
+
 def test_transfer_digit_sends_refer_and_leaves_after_notify():
     async def main():
         pipeline, server, address = await _server(transfer_uri="sip:agent@127.0.0.1")
