@@ -16,7 +16,7 @@ from voxrelay.pipeline.openmp import prefer_passive_openmp
 # they stand for (a decode step on two threads: ~57 against ~31 tok/s passive).
 prefer_passive_openmp()
 
-from bench import asr, e2e, ipc, llm, readme, sip, tts, turn_end, ws  # noqa: E402
+from bench import asr, barge_in, e2e, ipc, llm, readme, sip, tts, turn_end, ws  # noqa: E402
 
 RESULTS = Path(__file__).with_name("results.json")
 
@@ -24,7 +24,7 @@ RESULTS = Path(__file__).with_name("results.json")
 def main() -> None:
     started = time.perf_counter()
     results: dict[str, float] = {}
-    for section in (ipc, asr, turn_end, llm, tts, e2e, ws, sip):
+    for section in (ipc, asr, turn_end, llm, tts, e2e, barge_in, ws, sip):
         figures = section.run()
         print(section.table(figures), end="\n\n", flush=True)
         results.update(figures)

@@ -31,6 +31,20 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("streaming: reply start -> LLM first token, p50 (ms)", "e2e.llm_ttft_ms.p50.streaming"),
     ("streaming: first token -> TTS first audio, p50 (ms)", "e2e.tts_first_audio_ms.p50.streaming"),
     ("barge-in: user's speech start -> reply cleared at the sink, p50 (ms)", "e2e.barge_in_ms.p50"),
+    (
+        "barge-in, min words 0 (cut at once): speech start -> reply stopped, p50 (ms)",
+        "barge_in.stop_ms.p50.interruption.words0",
+    ),
+    (
+        "barge-in, min words 1 (paused while the words decide): the same, p50 (ms)",
+        "barge_in.stop_ms.p50.interruption.words1",
+    ),
+    ("'Okay.' over a reply, min words 0: replies cut (of 3)", "barge_in.cut.backchannel.words0"),
+    ("'Okay.' over a reply, min words 1: replies cut (of 3)", "barge_in.cut.backchannel.words1"),
+    (
+        "'Okay.' over a reply, min words 1: reply held, then resumed, p50 (ms)",
+        "barge_in.held_ms.p50.backchannel.words1",
+    ),
     ("WebSocket TTFA p50, 1 session (ms)", "ws.ttfa_ms.p50.1"),
     ("WebSocket TTFA p95, 1 session (ms)", "ws.ttfa_ms.p95.1"),
     ("WebSocket TTFA p50, 4 concurrent sessions (ms)", "ws.ttfa_ms.p50.4"),
