@@ -137,9 +137,10 @@ def _add_barge_in_flag(parser: argparse.ArgumentParser) -> None:
         "--barge-in-min-words",
         type=int,
         metavar="N",
-        help="speech over a reply cuts it only once the ASR has heard N words, a "
-        "backchannel's ('mm-hmm', 'okay') not counted, and a backchannel alone gets no "
-        "reply (default 0: any speech cuts at once)",
+        help="speech over a reply pauses it, and cuts it only once the ASR has heard N "
+        "words, a backchannel's ('mm-hmm', 'okay') not counted; otherwise the reply "
+        "resumes, and a backchannel alone gets no reply (default 0: any speech cuts at "
+        "once)",
     )
 
 
