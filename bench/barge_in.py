@@ -20,25 +20,24 @@ from typing import Any
 
 import numpy as np
 
-from bench.e2e import corpus
+from bench.e2e import ClearWatch, corpus
 from voxrelay.ipc.records import Stamp
 from voxrelay.pipeline.audio_io import Clip
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.session import Session
-from voxrelay.pipeline.trace import TurnTrace
 
 ROUNDS = 3
 SETTINGS = (0, 1)  # barge_in_min_words
 KINDS = ("interruption", "backchannel", "wordless")
 
 
-class _Watch:
+class _Watch(ClearWatch):
     """A sink that stamps the sink events the comparison reads, on the shared clock."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.session: Session | None = None
-        self.first_audio = asyncio.Event()
         self.reply_turn = -1  # the first turn with reply audio: the one spoken over
         self.audio_turns: set[int] = set()
         self.starts: dict[int, int] = {}  # turn -> the ASR's speech start stamp
@@ -56,18 +55,6 @@ class _Watch:
             self.starts[turn_id] = self.session.turns[turn_id].stamps[Stamp.SPEECH_START]
         if self.first_audio.is_set():
             self.events.setdefault(kind, time.perf_counter_ns())
-
-    def on_error(self, turn_id: int, message: str) -> None:
-        pass
-
-    def on_audio_end(self, turn_id: int) -> None:
-        pass
-
-    def on_turn_done(self, trace: TurnTrace) -> None:
-        pass
-
-    def on_input_end(self, lost: bool) -> None:
-        pass
 
 
 def _speech() -> dict[str, list[tuple[Clip, Clip]]]:

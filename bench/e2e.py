@@ -56,7 +56,7 @@ def _rows(traces: list[TurnTrace]) -> list[dict[str, Any]]:
     return [t.to_dict() for t in traces if not t.error and t.first_audio_out_ns]
 
 
-class _ClearWatch:
+class ClearWatch:
     """A sink that notes when reply audio starts and when a barge-in clears it."""
 
     def __init__(self) -> None:
@@ -85,7 +85,7 @@ class _ClearWatch:
 
 async def _barge_in_ms(pipeline: Pipeline, first: Clip, second: Clip) -> float | None:
     """Speak `second` over the reply to `first`: its speech start -> clear at the sink."""
-    watch = _ClearWatch()
+    watch = ClearWatch()
     session = pipeline.open_session(watch, "bench")
     try:
         await pipeline.feed(session.session_id, first.with_silence(0.6), realtime=True)

@@ -110,10 +110,12 @@ class Playbacks:
 
     def pause(self, turn_id: int, now_ns: int) -> bool:
         """The sink holds the reply audio from `now_ns` on, for `turn_id`'s speech (which
-        may still turn out no interruption). False: paused already."""
+        may still turn out no interruption). False: paused already, and now for this
+        later speech: the earlier one's words no longer end the pause."""
+        self.paused_for = turn_id
         if self.paused_ns:
             return False
-        self.paused_ns, self.paused_for = now_ns, turn_id
+        self.paused_ns = now_ns
         return True
 
     def resume(self, now_ns: int) -> bool:

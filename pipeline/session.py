@@ -411,6 +411,7 @@ class Session:
         self.fail(record.turn_id, record.text())
 
     def fail(self, turn_id: int, message: str) -> None:
+        self.resume_reply(turn_id)  # the failed turn's words will never decide
         trace = self.trace(turn_id)
         if not trace.error:
             self._end(turn_id)

@@ -237,6 +237,24 @@ def spoken(text: str) -> Clip:
     return Clip((np.clip(speak(text), -1, 1) * 32767).astype(np.int16), 16_000, 1)
 
 
+def _one_word_pipeline() -> Pipeline:
+    """barge_in_min_words=1; 300 ms of silence ends each turn, as in the min_words test
+    above; half tempo keeps the first reply playing while the next is heard, however slow
+    the host."""
+    asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
+    return Pipeline(PipelineConfig(barge_in_min_words=1, asr=asr, tts={"speed": 0.5}))
+
+
+async def _over_the_first_reply(pipeline: Pipeline, first: Clip, over: Clip):
+    """A session: `first`, then `over` spoken once the first reply's audio is playing."""
+    sink = TimedSink()
+    session = pipeline.open_session(sink, "test")
+    await pipeline.feed(session.session_id, first, realtime=True)
+    await asyncio.wait_for(sink.first_audio.wait(), 30)  # the reply is playing
+    await pipeline.feed(session.session_id, over, realtime=True)
+    return sink, session
+
+
 def test_a_backchannel_over_a_reply_neither_cuts_it_nor_gets_a_reply(
     clips_dir, tmp_path, monkeypatch
 ):
@@ -251,16 +269,8 @@ def test_a_backchannel_over_a_reply_neither_cuts_it_nor_gets_a_reply(
     last = read_clip(clips_dir / "librivox/0930.wav").with_silence(1.2)
 
     async def scenario():
-        # 300 ms of silence ends each turn, as in the min_words test above; half tempo
-        # keeps the first reply playing while "Okay." is heard, however slow the host.
-        asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
-        config = PipelineConfig(barge_in_min_words=1, asr=asr, tts={"speed": 0.5})
-        async with Pipeline(config) as pipeline:
-            sink = TimedSink()
-            session = pipeline.open_session(sink, "test")
-            await pipeline.feed(session.session_id, first, realtime=True)
-            await asyncio.wait_for(sink.first_audio.wait(), 30)  # the reply is playing
-            await pipeline.feed(session.session_id, okay, realtime=True)
+        async with _one_word_pipeline() as pipeline:
+            sink, session = await _over_the_first_reply(pipeline, first, okay)
             # The reply has played out: the last sentence is a turn of its own.
             while session.replying():
                 await asyncio.sleep(0.05)
@@ -311,14 +321,8 @@ def test_a_sound_without_words_over_a_reply_holds_it_and_it_plays_on(clips_dir):
     first = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
 
     async def scenario():
-        asr = {"turn_detection": "silence", "turn_fallback_ms": 0}
-        config = PipelineConfig(barge_in_min_words=1, asr=asr, tts={"speed": 0.5})
-        async with Pipeline(config) as pipeline:
-            sink = TimedSink()
-            session = pipeline.open_session(sink, "test")
-            await pipeline.feed(session.session_id, first, realtime=True)
-            await asyncio.wait_for(sink.first_audio.wait(), 30)  # the reply is playing
-            await pipeline.feed(session.session_id, hum().with_silence(1.0), realtime=True)
+        async with _one_word_pipeline() as pipeline:
+            sink, session = await _over_the_first_reply(pipeline, first, hum().with_silence(1.0))
             paused = session.playbacks.paused
             await asyncio.wait_for(sink.turn_done.wait(), 60)  # the reply's row: played out
             return sink, list(session.finished), session.turns, paused

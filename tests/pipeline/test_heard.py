@@ -40,7 +40,7 @@ def test_a_pause_stops_the_replies_clock_and_a_resume_moves_their_timelines_by_i
     playbacks = Playbacks()
     playbacks.audio(0, 22_050 * 4, 22_050, first_audio_ns=1 * S)  # 4 s, playing from 1 s
     playbacks[0].fragments = [("One two three four.", 22_050 * 4)]
-    assert playbacks.pause(turn_id=1, now_ns=2 * S) and not playbacks.pause(2, 3 * S)
+    assert playbacks.pause(turn_id=1, now_ns=2 * S)
     assert playbacks.paused and playbacks.paused_for == 1 and playbacks.clock(9 * S) == 2 * S
     # However long the pause, what was heard is what played before it: 1 s of 4.
     assert playbacks.heard([0], now_ns=9 * S) == [(0, "One" + CUT_MARK)]
@@ -63,3 +63,10 @@ def test_a_reply_played_out_before_the_pause_keeps_its_timeline_and_a_cut_ends_t
     playbacks.pause(turn_id=3, now_ns=5 * S)
     playbacks.cut_before(3)
     assert not playbacks.paused and playbacks.clock(7 * S) == 7 * S and 2 not in playbacks
+
+
+def test_speech_that_starts_while_paused_takes_the_pause_over():
+    playbacks = Playbacks()
+    assert playbacks.pause(turn_id=1, now_ns=1 * S)
+    assert not playbacks.pause(turn_id=2, now_ns=2 * S)  # no second pause event
+    assert playbacks.paused_for == 2 and playbacks.clock(3 * S) == 1 * S
