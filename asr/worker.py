@@ -266,7 +266,7 @@ class ASRHandler(TableHandler):
             RecordKind.SPECULATIVE_END,
             event.text.encode(),
             session_id=session_id,
-            turn_id=self._turn(session_id, event),
+            turn_id=turn,
             origin_ns=event.speech_end_ns,
         )
 

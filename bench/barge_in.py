@@ -59,11 +59,10 @@ class _Watch(ClearWatch):
 
 def _speech() -> dict[str, list[tuple[Clip, Clip]]]:
     """(the turn whose reply is spoken over, what is said over it) per kind and round."""
-    from tests.asr.spoken_requests import speak
-    from tests.pipeline.test_barge_in import hum
+    from tests.pipeline.test_barge_in import hum, spoken
 
     clips = [clip for _name, clip in corpus()]
-    okay = Clip((np.clip(speak("Okay."), -1, 1) * 32767).astype(np.int16), 16_000, 1)
+    okay = spoken("Okay.")
     return {
         "interruption": [(clips[i], clips[i + 1]) for i in range(ROUNDS)],
         "backchannel": [(clips[i], okay) for i in range(ROUNDS)],

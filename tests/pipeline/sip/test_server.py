@@ -29,6 +29,15 @@ async def _server(**overrides):
     return pipeline, server, address
 
 
+async def _answered_call():
+    """A server with a fake pipeline, and a Python caller whose call it has answered."""
+    pipeline, server, address = await _server()
+    caller = Caller(address)
+    await caller.open()
+    await caller.dial()
+    return pipeline, server, caller, server.calls[caller.call_id]
+
+
 async def _exchange(address, datagram: bytes, timeout_s: float = 1.0) -> list[bytes]:
     """Send one raw datagram; collect what comes back within the timeout."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -173,11 +182,7 @@ def test_garbage_is_dropped_and_source_outside_allowlist_gets_403():
 
 def test_reinvite_hold_and_codec_change_then_bot_hangs_up_on_digit():
     async def main():
-        pipeline, server, address = await _server()
-        caller = Caller(address)
-        await caller.open()
-        await caller.dial()
-        call = server.calls[caller.call_id]
+        pipeline, server, caller, call = await _answered_call()
         caller.send(caller.request("INVITE", caller.offer("sendonly"), caller.remote_tag))
         held = await caller.final_response()
         caller.send(caller.request("ACK", to_tag=caller.remote_tag))
@@ -198,11 +203,7 @@ def test_reinvite_hold_and_codec_change_then_bot_hangs_up_on_digit():
 
 def test_barge_in_drops_queued_rtp_and_goodbye_hangs_up_after_playback():
     async def main():
-        pipeline, server, address = await _server()
-        caller = Caller(address)
-        await caller.open()
-        await caller.dial()
-        call = server.calls[caller.call_id]
+        pipeline, server, caller, call = await _answered_call()
         sink = pipeline.sessions[call.bridge.session_id].sink
         sink.on_audio(1, bytes(8000 * 2 * 2), 8000)  # 2 s of reply
         await asyncio.sleep(0.2)
@@ -224,11 +225,7 @@ def test_barge_in_drops_queued_rtp_and_goodbye_hangs_up_after_playback():
 
 def test_a_barge_in_pause_holds_the_queued_rtp_until_resumed_or_cleared():
     async def main():
-        pipeline, server, address = await _server()
-        caller = Caller(address)
-        await caller.open()
-        await caller.dial()
-        call = server.calls[caller.call_id]
+        pipeline, server, caller, call = await _answered_call()
         pacer = call.rtp.pacer
         sink = pipeline.sessions[call.bridge.session_id].sink
         sink.on_audio(1, bytes(8000 * 2 * 2), 8000)  # 2 s of reply
