@@ -139,8 +139,8 @@ def _add_barge_in_flag(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="speech over a reply pauses it, and cuts it only once the ASR has heard N "
         "words, a backchannel's ('mm-hmm', 'okay') not counted; otherwise the reply "
-        "resumes, and a backchannel alone gets no reply (default 0: any speech cuts at "
-        "once)",
+        "resumes, and a backchannel alone gets no reply (0: any speech cuts at once; "
+        "default 1 for mic, sip and audiosocket, which play the reply themselves, 0 for serve)",
     )
 
 

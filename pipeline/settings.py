@@ -49,10 +49,16 @@ _STANDBY = {("pipeline", "warm_standby"): True}  # a crash costs ~0.3 s, not a c
 # One conversation: the ASR's threads spin ~1 ms after their work (ASRConfig.openmp_spin).
 ONE_USER_OPENMP_SPIN = 100_000
 _ONE_USER = {("asr", "openmp_spin"): ONE_USER_OPENMP_SPIN}
+# Where voxrelay itself plays the reply (a call's RTP, the mic's speaker), speech over it
+# pauses it and a word cuts it: a cough or an "mm-hmm" costs a held breath, not the reply
+# (docs/pipeline.md). `serve` keeps 0: a /v1/voice client that ignores the pause events
+# would hear the reply on, and Realtime clients expect OpenAI's cut at speech start.
+_HELD_BARGE_IN = {("pipeline", "barge_in_min_words"): 1}
 COMMAND_DEFAULTS: dict[str, dict[tuple[str, str], Any]] = {
-    "run": _ONE_USER, "mic": {**_STANDBY, **_ONE_USER},
-    "serve": _STANDBY, "sip": _STANDBY,
-    "audiosocket": {**_STANDBY, ("audiosocket", "port"): 9092},  # sip DEFAULT_AUDIOSOCKET_PORT
+    "run": _ONE_USER, "mic": {**_STANDBY, **_ONE_USER, **_HELD_BARGE_IN},
+    "serve": _STANDBY, "sip": {**_STANDBY, **_HELD_BARGE_IN},
+    "audiosocket": {**_STANDBY, **_HELD_BARGE_IN,
+                    ("audiosocket", "port"): 9092},  # sip DEFAULT_AUDIOSOCKET_PORT
 }  # fmt: skip
 SECRETS = {("server", "token")}
 API_KEY_VARS = ("VOXRELAY_LLM_API_KEY", "OPENAI_API_KEY")  # first one set wins

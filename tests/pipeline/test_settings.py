@@ -67,6 +67,13 @@ def test_config_path_from_the_environment_and_command_defaults(tmp_path):
     assert load_settings("audiosocket", environ={}).build("audiosocket").port == 9092
     flag = FlagValue("--no-warm-standby", "pipeline", "warm_standby", False)
     assert not load_settings("serve", [flag], environ={}).pipeline_config().warm_standby
+    # Where voxrelay plays the reply itself, speech over it pauses it until a word is
+    # heard; a server's clients may not hold audio, so `serve` and `run` cut at once.
+    words = {command: load_settings(command, environ={}).pipeline_config().barge_in_min_words
+             for command in ("run", "serve", "mic", "sip", "audiosocket")}  # fmt: skip
+    assert words == {"run": 0, "serve": 0, "mic": 1, "sip": 1, "audiosocket": 1}
+    shown = load_settings("sip", environ={}).describe({})
+    assert "default of `voxrelay sip`" in next(s for s in shown.splitlines() if "barge_in_min" in s)
 
 
 def test_the_cli_flags_map_to_their_keys_and_unset_flags_do_not_override(tmp_path):
@@ -93,14 +100,14 @@ def test_the_cli_flags_map_to_their_keys_and_unset_flags_do_not_override(tmp_pat
 def test_phone_and_mic_flags_set_their_tables(tmp_path):
     path = write(tmp_path, "[sip]\nmax_calls = 4\njitter_packets = 3\n")
     argv = ["sip", "--config", path, "--listen", "127.0.0.1:5070", "--dtmf", "5=hangup",
-            "--allow", "10.0.0.0/8", "--max-calls", "2", "--barge-in-min-words", "1"]  # fmt: skip
+            "--allow", "10.0.0.0/8", "--max-calls", "2", "--barge-in-min-words", "0"]  # fmt: skip
     args = build_parser().parse_args(argv)
     sip = settings_from_args("sip", args, phone_specs("sip"), phone_flags(args, "sip", 5060))
     sip_config = sip.build("sip")
     assert (sip_config.host, sip_config.port, sip_config.max_calls) == ("127.0.0.1", 5070, 2)
     assert sip_config.dtmf_actions == (("5", "hangup"),) and sip_config.jitter_packets == 3
     assert sip_config.allow == ("10.0.0.0/8",)
-    assert sip.pipeline_config().barge_in_min_words == 1  # a call centre's backchannels
+    assert sip.pipeline_config().barge_in_min_words == 0  # the flag over the command's 1
     args = build_parser().parse_args(["audiosocket", "--listen", "127.0.0.2"])
     extra = phone_flags(args, "audiosocket", 9092)
     audiosocket = settings_from_args("audiosocket", args, phone_specs("audiosocket"), extra)

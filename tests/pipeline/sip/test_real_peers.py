@@ -12,6 +12,7 @@ import uuid
 import jiwer
 import numpy as np
 import pytest
+import soxr
 
 from tests.pipeline.sip.peers import (
     BARESIP,
@@ -36,11 +37,13 @@ from tests.pipeline.sip.peers import (
     write_8k_wav,
     write_pcap,
 )
+from tests.pipeline.test_barge_in import spoken
 from voxrelay.asr.config import ASRConfig
 from voxrelay.asr.transcribe import transcribe_file
 from voxrelay.ipc.records import Stamp
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.run import Pipeline
+from voxrelay.pipeline.settings import load_settings
 from voxrelay.pipeline.sip.audiosocket import AudioSocketServer, Kind, frame, read_frame
 from voxrelay.pipeline.sip.caller import Caller
 from voxrelay.pipeline.sip.config import SipConfig
@@ -67,8 +70,13 @@ def bridge(clips_dir, tmp_path_factory):
         # The calls here feed 1-2 s of silence after each clip: the silence rule ends
         # their turns after 300 ms of it (the learned end may wait longer; these tests are
         # about the bridge, the learned end's are tests/pipeline/test_learned_end.py).
+        # Barge-in as `voxrelay sip` has it: speech over a reply pauses it, a word cuts it.
+        words = load_settings("sip", environ={}).pipeline_config().barge_in_min_words
+        assert words == 1
         config = PipelineConfig(
-            asr={"turn_detection": "silence"}, tts={"noise_scale": 0.0, "noise_w_scale": 0.0}
+            asr={"turn_detection": "silence"},
+            tts={"noise_scale": 0.0, "noise_w_scale": 0.0},
+            barge_in_min_words=words,
         )
         pipeline = Pipeline(config, state["trace_path"], transport_name="sip")
         await pipeline.__aenter__()
@@ -290,9 +298,9 @@ def test_audiosocket_client_runs_a_clip_through_the_bridge(bridge, clips_dir):
     assert turns and jiwer.wer("ten of clubs", _words(turns[0].transcript)) <= 0.34
 
 
-def test_barge_in_on_a_call_stops_playback_and_drops_queued_rtp(bridge, clips_dir):
-    first = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=1.0)
-    interruption = clip_8k(clips_dir / "numbers.raw", trailing_silence_s=1.5)
+def _talk_over_the_reply(bridge, first: bytes, over: bytes, until: str):
+    """A SIP call: `first`, then `over` once the reply's RTP has played 0.3 s; hung up 1 s
+    after the bridge notes `until`. Returns the caller and the server's call."""
     server = bridge["sip"]
 
     async def call():
@@ -305,23 +313,68 @@ def test_barge_in_on_a_call_stops_playback_and_drops_queued_rtp(bridge, clips_di
             while not caller.received:  # the reply has started playing
                 await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)
-        await caller.stream(interruption)  # the caller talks over the reply
+        await caller.stream(over)  # the caller talks over the reply
         async with asyncio.timeout(30):
-            while not any(e.kind == "barge_in" for e in sip_call.bridge.events):
+            while not any(e.kind == until for e in sip_call.bridge.events):
                 await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)
         await caller.hangup()
         caller.close()
         return caller, sip_call
 
-    caller, sip_call = bridge["thread"].call(call())
-    cleared_ns = next(e.at_ns for e in sip_call.bridge.events if e.kind == "barge_in")
+    return bridge["thread"].call(call())
+
+
+def test_barge_in_on_a_call_pauses_the_reply_at_once_then_cuts_it_and_drops_queued_rtp(
+    bridge, clips_dir
+):
+    first = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=1.0)
+    interruption = clip_8k(clips_dir / "numbers.raw", trailing_silence_s=1.5)
+    caller, sip_call = _talk_over_the_reply(bridge, first, interruption, until="barge_in")
+    events = [e for e in sip_call.bridge.events if e.kind in ("pause", "resume", "barge_in")]
+    assert [e.kind for e in events] == ["pause", "barge_in"], sip_call.bridge.events
+    paused_ns, cleared_ns = (e.at_ns for e in events)
     assert sip_call.rtp.pacer.dropped_bytes > 0, "nothing was queued to drop"
-    # After the clear, the old reply's packets stop within a frame or two; anything later
-    # must be a new reply (its first packet carries the marker bit).
-    late = [p for t, p in caller.received if t > cleared_ns + 60_000_000]
+    # The reply stops at the speech start (the pause), not when the words arrive (the
+    # cut): within a frame or two. Anything later must be a new reply (its first packet
+    # carries the marker bit).
+    late = [p for t, p in caller.received if t > paused_ns + 60_000_000]
     assert not late or late[0].marker, "the interrupted reply kept playing"
-    print(f"barge-in dropped {sip_call.rtp.pacer.dropped_bytes / 16:.0f} ms of queued reply")
+    print(
+        f"paused, then cut {(cleared_ns - paused_ns) / 1e6:.0f} ms later; dropped "
+        f"{sip_call.rtp.pacer.dropped_bytes / 16:.0f} ms of queued reply"
+    )
+
+
+def test_okay_over_a_reply_on_a_call_holds_it_then_it_plays_on_whole(bridge, clips_dir):
+    """ "Okay." said over the reply, as a caller does to say "go on": the RTP stops at
+    its speech start and goes on from where it stopped once the caller stops. Nothing
+    of the reply is dropped, and the backchannel gets no reply of its own."""
+    first = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=1.0)
+    okay = spoken("Okay.")
+    narrow = soxr.resample(okay.pcm16.astype(np.float32) / 32768, okay.sample_rate, 8000)
+    over = np.concatenate([narrow, np.zeros(8000)])  # and a second of line silence
+    over_pcm16 = (np.clip(over, -1, 1) * 32767).astype("<i2").tobytes()
+    caller, sip_call = _talk_over_the_reply(bridge, first, over_pcm16, until="resume")
+    events = [e for e in sip_call.bridge.events if e.kind in ("pause", "resume", "barge_in")]
+    assert [e.kind for e in events] == ["pause", "resume"], sip_call.bridge.events
+    paused_ns, resumed_ns = (e.at_ns for e in events)
+    assert sip_call.rtp.pacer.dropped_bytes == 0, "part of the reply was dropped"
+    # Held: no packet while paused (the one in flight aside), then the same reply again.
+    arrivals = [t for t, _ in caller.received]
+    held = [t for t in arrivals if paused_ns + 40_000_000 < t < resumed_ns]
+    assert not held, f"{len(held)} packets while paused"
+    after = [p for t, p in caller.received if t > resumed_ns]
+    # The resume opens a talkspurt (RFC 3550's marker bit on its first packet); a marker
+    # later on would be a second reply.
+    assert len(after) > 10 and [p.marker for p in after[:2]] == [True, False], after[:2]
+    assert not any(p.marker for p in after[1:]), "a new reply after the resume"
+    assert len(caller.received) == sip_call.rtp.pacer.frames_sent  # every frame arrived
+    rows = sorted(sip_call.bridge.traces, key=lambda t: t.turn_id)
+    assert [t.backchannel for t in rows] == [False, True], rows  # the "Okay" was not answered
+    assert rows[0].first_audio_out_ns and not rows[1].first_audio_out_ns
+    gap_ms = max(b - a for a, b in zip(arrivals, arrivals[1:], strict=False)) / 1e6
+    print(f"held {(resumed_ns - paused_ns) / 1e6:.0f} ms; longest RTP gap {gap_ms:.0f} ms")
 
 
 def test_two_calls_at_once_are_two_sessions_on_the_shared_stages(bridge, clips_dir):
