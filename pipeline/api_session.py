@@ -201,6 +201,12 @@ class VoiceSession:
         the longest wait, `fallback_ms` (None keeps the ASR's setting; docs/asr.md)."""
         self._pipeline.set_turn_taking(self.session_id, eagerness, fallback_ms)
 
+    def set_barge_in_min_words(self, words: int | None) -> int:
+        """Speech over a reply pauses it (`ReplyPaused`: hold its audio) and cuts it only
+        once it holds `words` words, a backchannel's not counted; 0 cuts at once, None is
+        the pipeline's `barge_in_min_words`. Returns the session's value now."""
+        return self._pipeline.set_barge_in_min_words(self.session_id, words)
+
     def close(self) -> None:
         """Frees the session in every stage; the event iterator ends after what is queued."""
         if not self.closed:

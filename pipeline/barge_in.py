@@ -58,6 +58,13 @@ def _spoken(text: str) -> list[tuple[str, bool]]:
     return marked
 
 
+def check_min_words(words: object) -> int:
+    """`barge_in_min_words` as given (a config, a client's `session.update`), checked."""
+    if isinstance(words, bool) or not isinstance(words, int) or not 0 <= words <= 20:
+        raise ValueError(f"barge_in_min_words must be an integer in 0..20 (0 = off), got {words!r}")
+    return words
+
+
 def interrupting_words(text: str) -> int:
     """The words of `text` that are not a backchannel's ("Yeah, hold on" has two)."""
     return sum(not backchannel for _, backchannel in _spoken(text))
@@ -81,8 +88,7 @@ class BargeInRule:
     pending_turn: int | None = None  # spoke over a reply; not enough words yet
 
     def __post_init__(self) -> None:
-        if not 0 <= self.min_words <= 20:
-            raise ValueError(f"barge_in_min_words must be in 0..20 (0 = off), got {self.min_words}")
+        check_min_words(self.min_words)
 
     def speech_started(self, turn_id: int) -> bool:
         if self.min_words == 0:

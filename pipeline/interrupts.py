@@ -28,7 +28,7 @@ class Interrupts:
     def watch(self, session: Session) -> None:
         """The user speaks while an older turn's reply is pending or playing: cut it once
         the rule says the speech counts; a backchannel over it is dismissed."""
-        rule = BargeInRule(self.supervisor.config.barge_in_min_words)
+        rule = session.barge_in_rule = BargeInRule(self.supervisor.config.barge_in_min_words)
 
         def on_speech_start(session: Session, turn_id: int) -> None:
             if not session.replying(before_turn=turn_id):

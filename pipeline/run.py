@@ -29,6 +29,7 @@ from voxrelay.ipc.records import (
     Stamp,
 )
 from voxrelay.pipeline.audio_io import Clip
+from voxrelay.pipeline.barge_in import check_min_words
 from voxrelay.pipeline.config import OPENING_TURN, PipelineConfig, agent_words, check_user_text
 from voxrelay.pipeline.idle import IdlePrompter
 from voxrelay.pipeline.interrupts import Interrupts
@@ -313,6 +314,26 @@ class Pipeline:
             session_id=session_id,
             stages=("asr",),
             text=eagerness.encode(),
+        )
+
+    def set_barge_in_min_words(self, session_id: int, words: object) -> int:
+        """The words the session's speech over a reply must hold to cut it (the reply
+        pauses meanwhile), from its next transcript on: a client that holds paused audio
+        asks for them on a server that cuts at once. None: the server's. Returns the
+        session's value now; ValueError (nothing changed) as `check_barge_in_min_words`."""
+        words = self.check_barge_in_min_words(words)
+        session = self.router.sessions.get(session_id)
+        if session is not None and session.barge_in_rule is not None:
+            session.barge_in_rule.min_words = words
+        return words
+
+    def check_barge_in_min_words(self, words: object) -> int:
+        """What a session's `words` come to (None: the server's); ValueError when out of
+        range, or when the server has barge-in off."""
+        if not self.supervisor.config.barge_in:
+            raise ValueError("barge-in is off on this server (barge_in = false)")
+        return check_min_words(
+            self.supervisor.config.barge_in_min_words if words is None else words
         )
 
     def set_heard(self, session_id: int, turn_id: int, heard: str) -> None:

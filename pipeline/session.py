@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from voxrelay.ipc.records import AUDIO_FORMAT, Record, RecordKind, Stamp
+from voxrelay.pipeline.barge_in import BargeInRule
 from voxrelay.pipeline.commit_gate import CommitGate, Retraction
 from voxrelay.pipeline.heard import Playbacks
 from voxrelay.pipeline.idle import IdleState
@@ -94,6 +95,7 @@ class Session:
         self.on_speech_paused: Callable[[Session, int, str], None] | None = None
         # Called with (session, turn) when the turn's speech held no words (noise).
         self.on_discard: Callable[[Session, int], None] | None = None
+        self.barge_in_rule: BargeInRule | None = None  # the watch's (pipeline/interrupts.py)
         self.input_sent = False  # the user's audio or typed text has gone to the ASR
         self.opened_ns = time.perf_counter_ns()
         self.user_active_ns = 0  # when the user was last heard (speech, partial, final)

@@ -74,6 +74,7 @@ class ClientSession:
         self.voice_speed = 1.0
         # The session's end of turn (asr/turn_end.py); None: the ASR stage's setting.
         self.turn_eagerness: str | None = None
+        self.barge_in_min_words: int | None = None  # the session's own; None: the server's
         self.turn_fallback_ms: int | None = None
         self.dropped_input_bytes = 0
         self.last_final_turn = -1
@@ -295,6 +296,15 @@ class ClientSession:
                 f"tempo), got {speed!r}; nothing was changed",
             )
             return
+        words = message.get("barge_in_min_words", self.barge_in_min_words)
+        if words != self.barge_in_min_words:
+            try:  # checked here, set with the rest: nothing of a refused update applies
+                self.pipeline.check_barge_in_min_words(words)
+            except ValueError as exc:
+                self.send_event(
+                    "error", code="invalid_message", message=f"{exc}; nothing was changed"
+                )
+                return
         eagerness = message.get("turn_eagerness", self.turn_eagerness)
         fallback = message.get("turn_fallback_ms", self.turn_fallback_ms)
         taking = (eagerness, fallback) != (self.turn_eagerness, self.turn_fallback_ms)
@@ -313,6 +323,9 @@ class ClientSession:
                 )
                 return
             self.turn_eagerness, self.turn_fallback_ms = eagerness, fallback
+        if words != self.barge_in_min_words:
+            self.pipeline.set_barge_in_min_words(self.session_id, words)
+            self.barge_in_min_words = words
         if instructions is not None:
             self.pipeline.set_system_prompt(self.session_id, instructions)
         if speed is not None:
@@ -324,6 +337,9 @@ class ClientSession:
             voice_speed=self.voice_speed,
             turn_eagerness=self.turn_eagerness,
             turn_fallback_ms=self.turn_fallback_ms,
+            barge_in_min_words=self.pipeline.supervisor.config.barge_in_min_words
+            if self.barge_in_min_words is None
+            else self.barge_in_min_words,
         )
 
     def close(self) -> None:

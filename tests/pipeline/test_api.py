@@ -317,16 +317,20 @@ def test_a_typed_turn_through_the_api():
 
 @pytest.mark.slow
 def test_a_wordless_sound_over_a_reply_pauses_and_resumes_it_through_the_api(clips_dir):
-    """barge_in_min_words=1: a hum over the reply yields ReplyPaused (hold playback) and,
-    once the ASR hears no words in it, ReplyResumed; nothing is interrupted."""
+    """barge_in_min_words=1, the session's own: a hum over the reply yields ReplyPaused
+    (hold playback) and, once the ASR hears no words in it, ReplyResumed; nothing is
+    interrupted."""
     from tests.pipeline.test_barge_in import hum
 
     clip = read_clip(clips_dir / "librivox/0880.wav").with_silence(0.6)
     noise = hum().with_silence(1.0)
 
     async def main() -> list:
-        settings = {"barge_in_min_words": 1, "tts": {"speed": 0.5}}
+        settings = {"tts": {"speed": 0.5}}  # barge_in_min_words 0: cut at once
         async with voxrelay.open_pipeline(settings) as pipeline, pipeline.session() as session:
+            with pytest.raises(ValueError, match="barge_in_min_words must be an integer"):
+                session.set_barge_in_min_words(-1)
+            assert session.set_barge_in_min_words(1) == 1
             await session.stream(clip.pcm16, clip.sample_rate, realtime=True)
             events = await _events_until(session, voxrelay.ReplyAudio)
             await session.stream(noise.pcm16, noise.sample_rate, realtime=True)

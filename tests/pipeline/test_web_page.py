@@ -51,12 +51,10 @@ def serve_url():
 
 
 @pytest.fixture
-def serve_words_url():
-    """The same, where speech over a reply cuts it only once it holds a word besides a
-    backchannel's (the reply pauses meanwhile), and 300 ms of silence ends a turn: when
-    the reply starts does not hang on the learned end's wait."""
-    env = {"VOXRELAY_ASR_TURN_DETECTION": "silence"}
-    yield from _serve("--barge-in-min-words", "1", env=env)
+def serve_silence_url():
+    """The same, where 300 ms of silence ends a turn: when the reply starts does not hang
+    on the learned end's wait."""
+    yield from _serve(env={"VOXRELAY_ASR_TURN_DETECTION": "silence"})
 
 
 def _serve(*flags: str, env: dict[str, str] | None = None) -> Iterator[str]:
@@ -181,8 +179,11 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
     assert browser.title == "voxrelay"
     browser.find_element("id", "start").click()
 
-    _wait_for(browser, lambda s: "session.created" in _types(s), 30, "session.created")
+    stats = _wait_for(browser, lambda s: "session.updated" in _types(s), 30, "session.updated")
     assert browser.find_element("id", "status").text.startswith("session ")
+    # The page holds paused audio: on a server that cuts at once, it asks to pause instead.
+    created, held = (e for e in stats["events"] if e["type"].startswith("session."))
+    assert created["barge_in_min_words"] == 0 and held["barge_in_min_words"] == 1, held
 
     # Apply: a system prompt and a voice speed, acknowledged before the user stops talking.
     browser.find_element("id", "instructions").send_keys("Answer in one short sentence.")
@@ -190,16 +191,18 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
     speed.clear()
     speed.send_keys("1.3")
     browser.find_element("id", "apply").click()
-    stats = _wait_for(browser, lambda s: "session.updated" in _types(s), 10, "session.updated")
-    updated = next(e for e in stats["events"] if e["type"] == "session.updated")
+    stats = _wait_for(browser, lambda s: _types(s).count("session.updated") == 2, 10, "applied")
+    updated = [e for e in stats["events"] if e["type"] == "session.updated"][-1]
     assert updated == {
         "type": "session.updated",
         "instructions": True,
         "voice_speed": 1.3,
         "turn_eagerness": None,  # the page leaves the end of turn to the server
         "turn_fallback_ms": None,
+        "barge_in_min_words": 1,
     }
-    assert "voice speed 1.3" in browser.find_element("css selector", "#dialogue .info").text
+    notes = browser.find_elements("css selector", "#dialogue .info")
+    assert "voice speed 1.3, speech over a reply holds it" in notes[-1].text
     stats = _wait_for(browser, lambda s: "transcript.partial" in _types(s), 60, "a live partial")
     partial = next(e for e in stats["events"] if e["type"] == "transcript.partial")
     stats = _wait_for(browser, lambda s: "trace" in _types(s), 90, "the turn's trace")
@@ -290,18 +293,19 @@ def test_page_streams_the_microphone_and_plays_the_reply(serve_url, browser, tmp
 
 
 def test_a_backchannel_over_a_reply_pauses_it_in_the_page_and_it_plays_on_whole(
-    serve_words_url, clips_dir, tmp_path
+    serve_silence_url, clips_dir, tmp_path
 ):
-    """On a server that waits for a word: the user says "Okay." while the reply plays.
-    The page holds the reply at the server's `response.audio.pause` (the rest of each
-    scheduled chunk kept), and at `response.audio.resume` plays it on from there: every
-    chunk is played, none stopped, and the backchannel is no turn of its own."""
+    """On a server that cuts at once (`serve`'s default), the page asks its session to
+    wait for a word. The user says "Okay." while the reply plays. The page holds the
+    reply at the server's `response.audio.pause` (the rest of each scheduled chunk kept),
+    and at `response.audio.resume` plays it on from there: every chunk is played, none
+    stopped, and the backchannel is no turn of its own."""
     # The reply starts ~0.8 s after the sentence and plays ~2.6 s at half tempo.
     sentence = read_clip(clips_dir / "librivox/0880.wav").with_silence(1.5)
     okay = spoken("Okay.").with_silence(40.0)  # the loop comes back after the test
     joined = Clip(np.concatenate([sentence.pcm16, okay.pcm16]), 16_000, 1)
     with _chromium(_fake_capture_wav(joined, tmp_path / "okay.wav"), tmp_path) as browser:
-        browser.get(serve_words_url)
+        browser.get(serve_silence_url)
         browser.find_element("id", "start").click()
         _wait_for(browser, lambda s: "session.created" in _types(s), 30, "session.created")
         speed = browser.find_element("id", "speed")  # half tempo: the reply outlasts "Okay."
@@ -310,6 +314,8 @@ def test_a_backchannel_over_a_reply_pauses_it_in_the_page_and_it_plays_on_whole(
         browser.find_element("id", "apply").click()
         stats = _wait_for(browser, lambda s: _types(s).count("trace") == 2, 90, "both rows")
         types = _types(stats)
+        updates = [e for e in stats["events"] if e["type"] == "session.updated"]
+        assert updates and all(e["barge_in_min_words"] == 1 for e in updates), updates
         # Resumed once the user stopped with nothing but "Okay"; dismissed at the turn's end.
         assert types.index("response.audio.pause") < types.index("response.audio.resume"), types
         assert types.index("response.audio.resume") < types.index("transcript.backchannel"), types

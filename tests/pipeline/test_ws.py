@@ -163,10 +163,14 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
             codes = []
             bad_speed = '{"type": "session.update", "voice_speed": 3, "instructions": "x"}'
             bad_turn = '{"type": "session.update", "turn_eagerness": "eager", "voice_speed": 1.2}'
+            bad_words = json.dumps(
+                {"type": "session.update", "barge_in_min_words": 21, "turn_eagerness": "low"}
+            )
+            flag_words = '{"type": "session.update", "barge_in_min_words": true}'
             no_text, empty_text = '{"type": "input.text"}', '{"type": "input.text", "text": " "}'
             for message in (
                 "not json{", "[1, 2]", '{"type": "dance"}', b"\x01\x02\x03", bad_speed, bad_turn,
-                no_text, empty_text,
+                bad_words, flag_words, no_text, empty_text,
             ):  # fmt: skip
                 await ws.send(message)
                 event = await _event(ws)
@@ -177,17 +181,23 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
             turn = {"type": "session.update", "turn_eagerness": "low", "turn_fallback_ms": 3000}
             await ws.send(json.dumps(turn))
             turn_updated = await _event(ws)
+            await ws.send(json.dumps({"type": "session.update", "barge_in_min_words": 2}))
+            words_updated = await _event(ws)
+            await ws.send(json.dumps({"type": "session.update", "barge_in_min_words": None}))
+            server_words = await _event(ws)
             await ws.send(b"\x00\x00" * 320)  # 20 ms of silence is accepted quietly
             await ws.send(json.dumps({"type": "interrupt"}))
             cleared = await _event(ws)
-            return codes, updated, turn_updated, cleared
+            return codes, updated, turn_updated, (words_updated, server_words), cleared
 
-    codes, updated, turn_updated, cleared = asyncio.run(scenario())
+    codes, updated, turn_updated, words, cleared = asyncio.run(scenario())
     assert codes == [
         "invalid_json",
         "invalid_message",
         "unknown_type",
         "invalid_audio",
+        "invalid_message",
+        "invalid_message",
         "invalid_message",
         "invalid_message",
         "invalid_message",
@@ -199,8 +209,11 @@ def test_malformed_messages_give_errors_and_the_connection_stays_up(server):
         "instructions": True,
         "voice_speed": 1.0,
         **unset,
-    }  # the bad updates above changed nothing, not even the voice speed
+        "barge_in_min_words": 0,  # the server's
+    }  # the bad updates above changed nothing, not even the voice speed or the eagerness
     assert turn_updated["turn_eagerness"] == "low" and turn_updated["turn_fallback_ms"] == 3000
+    # The session's own words to cut a reply, then the server's again (null).
+    assert [w["barge_in_min_words"] for w in words] == [2, 0]
     assert cleared["type"] == "response.audio.clear"
 
 
