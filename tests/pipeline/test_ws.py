@@ -482,9 +482,14 @@ def test_voice_speed_is_a_session_setting_the_tts_applies(server, clips_dir):
     fast_ratio = fast_s / trained_tempo_s(fast["reply_text"])
     print(f"\n1.0x: {normal_s:.2f} s ({normal_ratio:.2f}) for {normal['reply_text']!r}")
     print(f"1.5x: {fast_s:.2f} s ({fast_ratio:.2f}) for {fast['reply_text']!r}")
-    # Piper's duration model does not scale all of an utterance: 1.5x speaks in ~0.75.
-    assert 0.9 < normal_ratio < 1.1
-    assert 0.55 < fast_ratio < 0.85
+    # Streamed, a reply is synthesized fragment by fragment with a pause at each sentence
+    # end, and Piper's noise varies its durations: the same 1.0x reply measured 0.99-1.02
+    # of the whole text synthesized at once in three runs of this test alone, and 1.11 in
+    # a full run. The same holds for both replies, so their ratio is the speed's own
+    # (0.69-0.77 in those runs): Piper's duration model does not scale all of an
+    # utterance, and 1.5x speaks in ~0.7 of the time.
+    assert 0.85 < normal_ratio < 1.2
+    assert 0.55 < fast_ratio / normal_ratio < 0.85
 
 
 def _small_server(server, **limits):
