@@ -17,6 +17,7 @@ import asyncio
 import hmac
 import logging
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -26,6 +27,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.metrics import PipelineMetrics
@@ -41,6 +43,13 @@ REALTIME_PATH = "/v1/realtime"  # OpenAI Realtime API events (pipeline/realtime.
 # audio 4/3 larger, so frames up to this many times the limit are read to say so.
 REALTIME_FRAME_FACTOR = 4
 PAGE_PATHS = ("/", "/index.html")
+# Browsers cannot set headers on a WebSocket, so OpenAI's Realtime browser clients pass
+# the key and the beta flag as subprotocols: new WebSocket(url, ["realtime",
+# "openai-insecure-api-key.KEY", "openai-beta.realtime-v1"]). A browser fails a
+# handshake that offered subprotocols and got none back: "realtime" is chosen.
+REALTIME_SUBPROTOCOL = Subprotocol("realtime")
+KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
+BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 METRICS_PATH = "/metrics"
 PAGE = Path(__file__).parent / "web" / "index.html"
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
@@ -114,13 +123,34 @@ def origin_allowed(origin: str | None, host: str | None, allowed: tuple[str, ...
     return host is not None and urlsplit(origin).netloc == host
 
 
+def offered_subprotocols(request: Request) -> list[str]:
+    """The client's `Sec-WebSocket-Protocol` entries, in its order."""
+    fields = request.headers.get_all("Sec-WebSocket-Protocol")
+    return [entry.strip() for field in fields for entry in field.split(",") if entry.strip()]
+
+
 def token_presented(request: Request, query: str, token: str) -> bool:
+    """The token as `Authorization: Bearer`, `?token=` or (a Realtime browser client's
+    way) the `openai-insecure-api-key.TOKEN` subprotocol."""
     expected = token.encode()
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), expected):
         return True
-    return any(hmac.compare_digest(v.encode(), expected) for v in parse_qs(query).get("token", []))
+    keys = [
+        entry.removeprefix(KEY_SUBPROTOCOL_PREFIX)
+        for entry in offered_subprotocols(request)
+        if entry.startswith(KEY_SUBPROTOCOL_PREFIX)
+    ]
+    presented = [*parse_qs(query).get("token", []), *keys]
+    return any(hmac.compare_digest(v.encode(), expected) for v in presented)
+
+
+def _select_subprotocol(
+    connection: ServerConnection, offered: Sequence[Subprotocol]
+) -> Subprotocol | None:
+    # Only "realtime" is ever answered: the key's entry must not come back in a header.
+    return REALTIME_SUBPROTOCOL if REALTIME_SUBPROTOCOL in offered else None
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str, **headers: str) -> Response:
@@ -159,6 +189,7 @@ class VoiceServer:
             self.config.host,
             self.config.port,
             process_request=self._process_request,
+            select_subprotocol=_select_subprotocol,
             max_size=self.config.max_message_bytes,  # bigger frames: closed with 1009 unread
             compression=None,  # PCM does not compress, and deflate costs latency
             close_timeout=2.0,
@@ -254,7 +285,9 @@ class VoiceServer:
             )
             model = parse_qs(url.query).get("model", ["voxrelay"])[-1]
             assert connection.request is not None
-            beta = "realtime=v1" in connection.request.headers.get("OpenAI-Beta", "")
+            beta = "realtime=v1" in connection.request.headers.get("OpenAI-Beta", "") or (
+                BETA_SUBPROTOCOL in offered_subprotocols(connection.request)
+            )
             return RealtimeSession(connection, self.pipeline, self.config, model, beta)
         input_rate, output_rate = parse_rates(url.query)
         return ClientSession(connection, self.pipeline, self.config, input_rate, output_rate)

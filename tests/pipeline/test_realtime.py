@@ -405,9 +405,19 @@ def test_bad_input_gets_nested_errors_and_the_session_survives(serve_process):
 
 @pytest.mark.slow
 def test_token_and_path_are_checked_before_the_upgrade(serve_process):
-    async def status(url: str, headers: dict) -> int:
+    async def status(url: str, headers: dict, subprotocols: list | None = None) -> int:
         try:
-            async with connect(url, additional_headers=headers):
+            async with connect(url, additional_headers=headers, subprotocols=subprotocols) as ws:
+                first = json.loads(await ws.recv())
+                assert first["type"] == "session.created", first
+                # Offered (as browsers must), "realtime" is the one chosen.
+                assert ws.subprotocol == ("realtime" if subprotocols else None)
+                if subprotocols and "openai-beta.realtime-v1" in subprotocols:  # beta's names
+                    content = [{"type": "input_text", "text": "Hello."}]
+                    item = {"type": "message", "role": "user", "content": content}
+                    await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+                    echoed = json.loads(await ws.recv())
+                    assert echoed["type"] == "conversation.item.created", echoed
                 return 101
         except InvalidStatus as refused:
             return refused.response.status_code
@@ -417,6 +427,12 @@ def test_token_and_path_are_checked_before_the_upgrade(serve_process):
     assert asyncio.run(status(f"{base}/v1/realtime", {"Authorization": "Bearer no"})) == 401
     assert asyncio.run(status(f"{base}/v1/realtime?model=gpt-realtime", AUTH)) == 101
     assert asyncio.run(status(f"{base}/v1/realtimes", AUTH)) == 404
+    # A browser's way: the key in a subprotocol (browsers cannot set headers).
+    browser = ["realtime", f"openai-insecure-api-key.{TOKEN}", "openai-beta.realtime-v1"]
+    assert asyncio.run(status(f"{base}/v1/realtime", {}, browser)) == 101
+    assert asyncio.run(status(f"{base}/v1/realtime", {}, browser[:1])) == 401
+    wrong = ["realtime", "openai-insecure-api-key.no"]
+    assert asyncio.run(status(f"{base}/v1/realtime", {}, wrong)) == 401
 
 
 def test_session_update_takes_ga_nesting_and_beta_names_and_refuses_whole():

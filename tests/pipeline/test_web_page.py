@@ -330,3 +330,32 @@ def test_a_backchannel_over_a_reply_pauses_it_in_the_page_and_it_plays_on_whole(
         assert okay["backchannel"] and not reply["backchannel"] and not reply["barge_in_ns"]
         replies = [e for e in stats["events"] if e["type"] == "response.done"]
         assert [e["status"] for e in replies] == ["completed"], replies
+
+
+# OpenAI's Realtime browser clients open the socket this way: a browser cannot set the
+# Authorization header, so the key rides in a subprotocol.
+REALTIME_FROM_A_PAGE = """
+const [key, done] = [arguments[0], arguments[arguments.length - 1]];
+const ws = new WebSocket(`ws://${location.host}/v1/realtime`,
+  ["realtime", "openai-insecure-api-key." + key, "openai-beta.realtime-v1"]);
+ws.onmessage = (m) => {
+  done({protocol: ws.protocol, first: JSON.parse(m.data).type});
+  ws.close();
+};
+ws.onerror = () => done({error: "the handshake failed"});
+"""
+
+
+def test_a_realtime_client_in_a_browser_passes_its_key_as_a_subprotocol(serve_process, tmp_path):
+    """Chromium fails a handshake whose offered subprotocols get no answer: the server
+    answers "realtime", and takes the token from `openai-insecure-api-key.<token>`."""
+    from tests.pipeline.serve_process import TOKEN
+
+    quiet = Clip(np.zeros(16_000, np.int16), 16_000, 1)
+    with _chromium(_fake_capture_wav(quiet, tmp_path / "quiet.wav"), tmp_path) as browser:
+        browser.set_script_timeout(30)
+        browser.get(f"http://127.0.0.1:{serve_process.port}/")
+        opened = browser.execute_async_script(REALTIME_FROM_A_PAGE, TOKEN)
+        refused = browser.execute_async_script(REALTIME_FROM_A_PAGE, "not-the-token")
+    assert opened == {"protocol": "realtime", "first": "session.created"}, opened
+    assert refused == {"error": "the handshake failed"}, refused
