@@ -207,6 +207,11 @@ class TraceSink:
 
 
 def format_trace(row: dict[str, Any]) -> str:
-    """A short human-readable waterfall of one trace row."""
+    """A short human-readable waterfall of one trace row, and the learned end's wait after
+    the last word with the P(end of turn) that set it: most of `endpoint_ms`."""
     parts = [f"{name}={row[name]:.0f}ms" for name, _, _ in _DERIVED if row.get(name) is not None]
+    if row.get("end_wait_ms") is not None:
+        parts.append(f"end_wait_ms={row['end_wait_ms']}ms")
+    if row.get("end_prob") is not None:
+        parts.append(f"end_prob={row['end_prob']:.2f}")
     return "  ".join(parts)

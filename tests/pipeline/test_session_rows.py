@@ -86,3 +86,14 @@ def test_a_reply_cut_while_generating_keeps_the_text_it_had() -> None:
     session.new_turn(1)
     assert [row.reply_text for row in sink.rows] == ["Once upon a"]
     assert sink.rows[0].barge_in_ns
+
+
+def test_the_printed_trace_says_what_the_end_of_turn_waited() -> None:
+    from voxrelay.pipeline.trace import format_trace
+
+    row = {"endpoint_ms": 684.8, "ttfa_ms": 685.1, "end_wait_ms": 646, "end_prob": 0.637}
+    assert format_trace(row) == "endpoint_ms=685ms  ttfa_ms=685ms  end_wait_ms=646ms  end_prob=0.64"
+    # Null where no pause was scored (the "silence" rule, a typed turn): not printed.
+    assert (
+        format_trace({"ttfa_ms": 300.0, "end_wait_ms": None, "end_prob": None}) == "ttfa_ms=300ms"
+    )
