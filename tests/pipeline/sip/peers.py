@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from voxrelay.pipeline.audio_io import read_clip, write_wav
+from voxrelay.pipeline.audio_io import Clip, read_clip, write_wav
 from voxrelay.pipeline.config import PipelineConfig
 from voxrelay.pipeline.run import Pipeline
 from voxrelay.pipeline.sip import g711
@@ -62,7 +62,11 @@ def free_sip_port() -> int:
 
 def clip_8k(path: Path, trailing_silence_s: float = 0.0) -> bytes:
     """A real clip as 8 kHz mono PCM16 (as a phone line would carry it)."""
-    clip = read_clip(path)
+    return to_8k(read_clip(path), trailing_silence_s)
+
+
+def to_8k(clip: Clip, trailing_silence_s: float = 0.0) -> bytes:
+    """`clip` as 8 kHz mono PCM16, then `trailing_silence_s` of line silence."""
     mono = clip.mono_float()
     narrow = soxr.resample(mono, clip.sample_rate, 8000)
     pcm = np.clip(narrow * 32768, -32768, 32767).astype("<i2")

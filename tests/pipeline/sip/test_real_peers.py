@@ -12,7 +12,6 @@ import uuid
 import jiwer
 import numpy as np
 import pytest
-import soxr
 
 from tests.pipeline.sip.peers import (
     BARESIP,
@@ -34,6 +33,7 @@ from tests.pipeline.sip.peers import (
     payload_types,
     rtp_stream,
     run_sipp,
+    to_8k,
     write_8k_wav,
     write_pcap,
 )
@@ -351,11 +351,8 @@ def test_okay_over_a_reply_on_a_call_holds_it_then_it_plays_on_whole(bridge, cli
     its speech start and goes on from where it stopped once the caller stops. Nothing
     of the reply is dropped, and the backchannel gets no reply of its own."""
     first = clip_8k(clips_dir / "goforward.raw", trailing_silence_s=1.0)
-    okay = spoken("Okay.")
-    narrow = soxr.resample(okay.pcm16.astype(np.float32) / 32768, okay.sample_rate, 8000)
-    over = np.concatenate([narrow, np.zeros(8000)])  # and a second of line silence
-    over_pcm16 = (np.clip(over, -1, 1) * 32767).astype("<i2").tobytes()
-    caller, sip_call = _talk_over_the_reply(bridge, first, over_pcm16, until="resume")
+    okay = to_8k(spoken("Okay."), trailing_silence_s=1.0)
+    caller, sip_call = _talk_over_the_reply(bridge, first, okay, until="resume")
     events = [e for e in sip_call.bridge.events if e.kind in ("pause", "resume", "barge_in")]
     assert [e.kind for e in events] == ["pause", "resume"], sip_call.bridge.events
     paused_ns, resumed_ns = (e.at_ns for e in events)
